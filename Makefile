@@ -1,0 +1,19 @@
+# kuberl's developer commands. `make setup` and `make test` are the two that work on a fresh machine.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
+
+.PHONY: setup test crd lock
+
+setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
+	bash scripts/setup.sh
+
+test: setup  ## run the test suite
+	$(VENV)/bin/pytest
+
+crd: setup  ## regenerate crds/ from the API models
+	$(VENV)/bin/kuberl crd > crds/kuberl.dev_rljobs.yaml
+
+lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.toml's dependencies
+	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test \
+		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock

@@ -1,0 +1,21 @@
+"""The engine's configuration: pure pydantic models, importable without torch.
+
+These sections are shared with the control plane: the RLJob's spec embeds them, and the operator
+renders them into the config each pod's engine reads.
+"""
+
+from .algorithm import AlgorithmName, AlgorithmSpec, DPOSpec, GAESpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from .base import RULE_ERROR_TYPE, Rule, SpecModel
+from .data import DataSpec, DatasetSource, GeneratorSpec
+from .layout import ActorLayout, ParallelLayout
+from .model import ModelSpec, SecretKeyRef, TokenizerSpec, WeightsSource
+from .reward import PythonReward, RewardRule, RewardSpec
+from .rollout import RolloutSpec
+from .trainer import CheckpointSpec, OptimizerSpec, TrainerSpec
+
+__all__ = [
+    "ActorLayout", "AlgorithmName", "AlgorithmSpec", "CheckpointSpec", "DPOSpec", "DataSpec", "DatasetSource",
+    "GAESpec", "GRPOSpec", "GeneratorSpec", "ModelSpec", "OptimizerSpec", "PPOSpec", "ParallelLayout",
+    "PythonReward", "RULE_ERROR_TYPE", "ReinforcePPSpec", "RewardRule", "RewardSpec", "RolloutSpec",
+    "Rule", "SecretKeyRef", "SpecModel", "TokenizerSpec", "TrainerSpec", "WeightsSource",
+]

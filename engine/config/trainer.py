@@ -1,0 +1,81 @@
+"""How long to train, in what batches, with which optimizer, and where checkpoints go."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Rule, SpecModel
+from .model import DNS_SUBDOMAIN
+
+
+class OptimizerSpec(SpecModel):
+    """The optimizer of every trained role (actor and critic)."""
+
+    name: Literal["adamw", "adam", "sgd"] = "adamw"
+    lr: float = Field(default=1e-6, gt=0.0, le=1.0)
+    """Peak learning rate."""
+    weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
+    beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    beta2: float = Field(default=0.999, ge=0.0, lt=1.0)
+    eps: float = Field(default=1e-8, gt=0.0, le=1.0)
+    grad_clip: float = Field(default=1.0, ge=0.0)
+    """Clip the global gradient norm to this; 0 disables clipping."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Steps of linear warm-up from 0 to lr."""
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """Learning-rate schedule after the warm-up."""
+
+    RULES = (
+        Rule(
+            message="sgd has no betas",
+            check=lambda s: s.name != "sgd" or (s.beta1 == 0.9 and s.beta2 == 0.999),
+            cel="self.name != 'sgd' || (self.beta1 == 0.9 && self.beta2 == 0.999)",
+            field="beta1",
+        ),
+    )
+
+
+class CheckpointSpec(SpecModel):
+    """Checkpoints: model, optimizer, data position, RNG states and step."""
+
+    path: str = Field(default="/checkpoints", min_length=1, max_length=4096)
+    """A directory: local for `kuberl run`, the mount point of claimName on a cluster."""
+    claim_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
+    """A PersistentVolumeClaim mounted at path in every pod; without one, a restarted pod cannot resume."""
+    interval: int = Field(default=50, ge=1)
+    """Steps between checkpoints (the last step is always saved)."""
+    keep: int = Field(default=3, ge=1, le=1000)
+    """How many of the newest checkpoints to keep."""
+
+
+class TrainerSpec(SpecModel):
+    """The training loop."""
+
+    total_steps: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Stop after this many RL steps."""
+    total_epochs: int | None = Field(default=None, ge=1, le=100_000)
+    """Stop after this many passes over the training prompts."""
+    prompts_per_step: int = Field(default=8, ge=1, le=1_000_000)
+    """Prompts per RL step (preference pairs for dpo)."""
+    mini_batch_size: int | None = Field(default=None, ge=1, le=100_000_000)
+    """Sequences per optimizer update; default: all of a step's sequences in one update."""
+    micro_batch_size: int = Field(default=1, ge=1, le=1_000_000)
+    """Sequences per rank in one forward and backward pass (gradient accumulation below the mini-batch)."""
+    optimizer: OptimizerSpec = OptimizerSpec()
+    seed: int = Field(default=42, ge=0, le=2**32 - 1)
+    """Seeds data order, sampling and initialisation; a run is reproducible on the same hardware."""
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    validation_interval: int = Field(default=0, ge=0)
+    """Steps between validation runs on data.validation; 0 disables them."""
+    export_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Write the final policy there as a Hugging Face folder."""
+
+    RULES = (
+        Rule(
+            message="set exactly one of totalSteps and totalEpochs",
+            check=lambda s: (s.total_steps is None) != (s.total_epochs is None),
+            cel="has(self.totalSteps) != has(self.totalEpochs)",
+        ),
+    )

@@ -1,0 +1,204 @@
+"""The pods of each role: how many, what they request, where they run, and their parallel layout."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, PlainValidator, WithJsonSchema
+
+from kuberl.engine.config import ActorLayout, ParallelLayout, Rule, SpecModel
+
+GPU_RESOURCE = "nvidia.com/gpu"
+RoleName = Literal["actor", "critic", "ref", "reward"]
+ROLE_NAMES: tuple[RoleName, ...] = ("actor", "critic", "ref", "reward")
+
+# Kubernetes' resource.Quantity grammar (a number, then an optional SI, binary or exponent suffix).
+_QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+
+
+
+
+def _quantity(value: object) -> int | str:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity: write an integer or a string such as '500m' or '4Gi'")
+    if isinstance(value, int) and value < 0 or isinstance(value, str) and not _QUANTITY.match(value):
+        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 4Gi, 2)")
+    return value
+
+
+# An int or a string, like Kubernetes' resource.Quantity ("int-or-string" in the CRD).
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_quantity),
+    WithJsonSchema({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}),
+]
+
+
+class ResourceRequirements(SpecModel):
+    """CPU, memory and other requests and limits of each pod (GPUs come from gpusPerReplica)."""
+
+    requests: dict[str, Quantity] = Field(default={}, max_length=32)
+    limits: dict[str, Quantity] = Field(default={}, max_length=32)
+
+    RULES = (
+        Rule(
+            message=f"do not request {GPU_RESOURCE} here: set the role's gpusPerReplica",
+            check=lambda s: GPU_RESOURCE not in s.requests and GPU_RESOURCE not in s.limits,
+            cel=f"!('{GPU_RESOURCE}' in self.requests) && !('{GPU_RESOURCE}' in self.limits)",
+        ),
+    )
+
+
+class Toleration(SpecModel):
+    """A toleration of a node taint, as in a PodSpec."""
+
+    key: str | None = Field(default=None, max_length=317, pattern=_LABEL_KEY)
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = Field(default=None, max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+    """NoExecute only: how long the pod stays bound after the taint appears."""
+
+    RULES = (
+        Rule(
+            message="operator Exists takes no value",
+            check=lambda s: s.operator != "Exists" or s.value is None,
+            cel="self.operator != 'Exists' || !has(self.value)",
+            field="value",
+        ),
+        Rule(
+            message="an empty key needs operator Exists",
+            check=lambda s: s.key is not None or s.operator == "Exists",
+            cel="has(self.key) || self.operator == 'Exists'",
+            field="key",
+        ),
+        Rule(
+            message="tolerationSeconds applies only to effect NoExecute",
+            check=lambda s: s.toleration_seconds is None or s.effect == "NoExecute",
+            cel="!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            field="tolerationSeconds",
+        ),
+    )
+
+
+# CEL for "this role's own ranks", with the defaults of unset fields spelt out.
+_OWN_RANKS_CEL = (
+    "(has(self.replicas) ? self.replicas : 1)"
+    " * ((has(self.gpusPerReplica) && self.gpusPerReplica > 0) ? self.gpusPerReplica : 1)"
+)
+_LAYOUT_SIZE_CEL = "self.layout.tp * self.layout.pp * self.layout.dp"
+_PLACEMENT_FIELDS = {
+    "replicas": "replicas",
+    "gpus_per_replica": "gpusPerReplica",
+    "resources": "resources",
+    "node_selector": "nodeSelector",
+    "tolerations": "tolerations",
+    "affinity": "affinity",
+}
+
+
+class PodGroupSpec(SpecModel):
+    """Where and on what a role's own pods run."""
+
+    replicas: int | None = Field(default=None, ge=1, le=4096)
+    """Pods of this role (default 1)."""
+    gpus_per_replica: int | None = Field(default=None, ge=0, le=16)
+    """GPUs per pod (default 0: CPU). A pod runs one rank per GPU, or one rank without GPUs."""
+    resources: ResourceRequirements | None = None
+    node_selector: dict[str, str] | None = Field(default=None, max_length=64)
+    """Labels of the node pool this role's pods must land on."""
+    tolerations: list[Toleration] | None = Field(default=None, max_length=64)
+    """Taints of the node pool that this role's pods tolerate."""
+    affinity: dict[str, Any] | None = None
+    """A Kubernetes Affinity, as in a PodSpec."""
+
+    @property
+    def own_ranks(self) -> int:
+        """Ranks of the role's own pods."""
+        return (self.replicas or 1) * max(1, self.gpus_per_replica or 0)
+
+
+def _layout_matches_ranks(guard_cel: str, skip: "Any") -> Rule:
+    return Rule(
+        message="layout tp*pp*dp must equal the role's ranks, replicas * max(1, gpusPerReplica)",
+        check=lambda s: skip(s) or s.layout is None or s.layout.world_size == s.own_ranks,
+        cel=f"{guard_cel}!has(self.layout) || {_LAYOUT_SIZE_CEL} == {_OWN_RANKS_CEL}",
+        field="layout",
+        detail=lambda s: f"tp*pp*dp = {s.layout.world_size if s.layout else 1}, ranks = {s.own_ranks}",
+    )
+
+
+class ActorSpec(PodGroupSpec):
+    """The actor's pods: it trains with Megatron and generates with vLLM on the same ranks."""
+
+    layout: ActorLayout | None = None
+    """Training layout and rollout tensor parallelism; tp*pp*dp must equal the actor's ranks (default: all data-parallel)."""
+
+    RULES = (_layout_matches_ranks("", lambda s: False),)
+
+
+class RoleSpec(PodGroupSpec):
+    """A critic, reference or reward role: pods of its own, or the actor's ranks with colocateWith."""
+
+    layout: ParallelLayout | None = None
+    """Training layout; tp*pp*dp must equal the role's ranks (default: all ranks data-parallel)."""
+    colocate_with: Literal["actor"] | None = None
+    """Run on the actor's ranks (time-shared with it) instead of pods of its own."""
+
+    RULES = (
+        Rule(
+            message="a colocated role runs on the actor's pods: remove its replicas, gpusPerReplica, resources, nodeSelector, tolerations and affinity",
+            check=lambda s: s.colocate_with is None or all(getattr(s, f) is None for f in _PLACEMENT_FIELDS),
+            cel="!has(self.colocateWith) || (" + " && ".join(f"!has(self.{f})" for f in _PLACEMENT_FIELDS.values()) + ")",
+            field="colocateWith",
+        ),
+        _layout_matches_ranks("has(self.colocateWith) || ", lambda s: s.colocate_with is not None),
+    )
+
+
+class Roles(SpecModel):
+    """The job's roles. The actor is always there; the others as the algorithm needs them."""
+
+    actor: ActorSpec
+    """The policy: trains with Megatron and generates with vLLM."""
+    critic: RoleSpec | None = None
+    """ppo: the value model."""
+    ref: RoleSpec | None = None
+    """The reference policy, for a KL term (algorithm.klCoef > 0) and for dpo."""
+    reward: RoleSpec | None = None
+    """A reward model (reward.model)."""
+
+    RULES = (
+        *(
+            Rule(
+                message="a colocated role's layout must cover the actor's ranks: tp*pp*dp = the actor's ranks",
+                check=lambda s, r=role: getattr(s, r) is None
+                or getattr(s, r).colocate_with is None
+                or getattr(s, r).layout is None
+                or getattr(s, r).layout.world_size == s.actor.own_ranks,
+                cel=(
+                    f"!has(self.{role}) || !has(self.{role}.colocateWith) || !has(self.{role}.layout)"
+                    f" || self.{role}.layout.tp * self.{role}.layout.pp * self.{role}.layout.dp"
+                    f" == {_OWN_RANKS_CEL.replace('self.', 'self.actor.')}"
+                ),
+                field=f"{role}.layout",
+            )
+            for role in ("critic", "ref", "reward")
+        ),
+    )
+
+    def present(self) -> dict[str, PodGroupSpec]:
+        """The roles that are set, by name, actor first."""
+        return {name: role for name in ROLE_NAMES if (role := getattr(self, name)) is not None}
+
+    def ranks(self, name: RoleName) -> int:
+        """The ranks a role computes on: its own, or the actor's when colocated."""
+        role = getattr(self, name)
+        return self.actor.own_ranks if getattr(role, "colocate_with", None) else role.own_ranks
+
+    def layout(self, name: RoleName) -> ParallelLayout:
+        """A role's training layout, all data-parallel when left out."""
+        role = getattr(self, name)
+        return role.layout or ParallelLayout(dp=self.ranks(name))

@@ -1,0 +1,56 @@
+"""The distribution's shape: one `kuberl` namespace over operator/ and engine/, nothing at top level."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import kuberl.engine
+import kuberl.operator
+
+
+def test_packages_come_from_the_repository_folders(repo: Path) -> None:
+    assert Path(kuberl.operator.__file__).parent == repo / "operator"
+    assert Path(kuberl.engine.__file__).parent == repo / "engine"
+
+
+def test_operator_is_not_importable_at_top_level(repo: Path, tmp_path: Path) -> None:
+    # A fresh interpreter outside the repository gets Python's own operator module.
+    code = "import operator, sys; print(operator.__file__); import kuberl.operator; print(kuberl.operator.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    stdlib_file, name = out.stdout.split()
+    assert Path(stdlib_file).parent == Path(sysconfig.get_paths()["stdlib"])
+    assert name == "kuberl.operator"
+
+
+def test_every_subpackage_is_listed_in_pyproject(repo: Path) -> None:
+    listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for top in ("operator", "engine"):
+        for init in (repo / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(repo).parts
+            found.add(".".join(("kuberl", *rel)))
+    assert found == listed, f"pyproject's [tool.setuptools] packages must list exactly {sorted(found)}"
+
+
+def test_engine_config_imports_without_torch() -> None:
+    # The operator image has no torch: the API must not pull it in.
+    code = "import sys, kuberl.operator.cli, kuberl.operator.crd; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_console_script_runs(kuberl_cli: str) -> None:
+    out = subprocess.run([kuberl_cli, "version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("kuberl 0.1.0 (API kuberl.dev/v1alpha1)")
+
+
+def test_engine_never_imports_the_operator(repo: Path) -> None:
+    offenders = [
+        str(path.relative_to(repo))
+        for path in (repo / "engine").rglob("*.py")
+        if "kuberl.operator" in path.read_text() or "from ..operator" in path.read_text()
+    ]
+    assert offenders == []
