@@ -184,6 +184,7 @@ class Roles(SpecModel):
                     f" == {_OWN_RANKS_CEL.replace('self.', 'self.actor.')}"
                 ),
                 field=f"{role}.layout",
+                detail=lambda s, r=role: f"tp*pp*dp = {getattr(s, r).layout.world_size}, actor ranks = {s.actor.own_ranks}",
             )
             for role in ("critic", "ref", "reward")
         ),
