@@ -3,12 +3,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup test crd lock
+.PHONY: setup kube-binaries test crd lock
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
 
-test: setup  ## run the test suite
+kube-binaries:  ## build (once) and cache the Kubernetes binaries of the cluster tests
+	bash scripts/kube-binaries.sh >/dev/null
+
+test: setup kube-binaries  ## run the test suite
 	$(VENV)/bin/pytest
 
 crd: setup  ## regenerate crds/ from the API models

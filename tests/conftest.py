@@ -23,3 +23,43 @@ def kuberl_cli() -> str:
     if path is None:
         pytest.fail("the kuberl console script is not installed: run scripts/setup.sh")
     return path
+
+
+# --- the real control plane (cluster tier) ----------------------------------------------------
+
+
+def kube_binaries() -> Path:
+    """The bin directory of scripts/kube-binaries.sh: built on first use, then taken from the cache."""
+    import subprocess
+
+    script = REPO / "scripts" / "kube-binaries.sh"
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(
+            f"the Kubernetes binaries are missing and could not be built ({script}):\n{result.stderr[-3000:]}",
+            pytrace=False,
+        )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory):
+    """etcd, kube-apiserver, controller-manager, scheduler and kwok nodes on loopback, for the session.
+
+    Node pools: gpu-a100 (2 nodes x 8 nvidia.com/gpu, tainted nvidia.com/gpu=present:NoSchedule) and
+    cpu (2 nodes). See kuberl.operator.testing.control_plane.
+    """
+    import time
+
+    from kuberl.operator.testing.control_plane import ControlPlaneError, start_control_plane
+
+    bin_dir = kube_binaries()
+    workdir = tmp_path_factory.mktemp("control-plane")
+    started = time.monotonic()
+    try:
+        plane = start_control_plane(bin_dir, workdir)
+    except ControlPlaneError as exc:
+        pytest.fail(f"the test control plane did not start: {exc}", pytrace=False)
+    plane.start_seconds = time.monotonic() - started
+    yield plane
+    plane.stop()

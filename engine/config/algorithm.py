@@ -55,8 +55,8 @@ class DPOSpec(SpecModel):
 
     beta: float = Field(default=0.1, gt=0.0, le=100.0)
     """Strength of the implicit KL constraint."""
-    label_smoothing: float = Field(default=0.0, ge=0.0, lt=0.5)
-    """Assumed probability that a preference label is flipped (conservative DPO)."""
+    label_smoothing: float = Field(default=0.0, ge=0.0, le=0.5)
+    """Assumed probability that a preference label is flipped (conservative DPO); 0.5 would make every pair uninformative."""
 
 
 def _block_rule(block: str, attr: str, algorithm: str) -> Rule:

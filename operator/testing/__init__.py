@@ -1,0 +1,1 @@
+"""Test support that ships with kuberl: a real local Kubernetes control plane (control_plane.py)."""

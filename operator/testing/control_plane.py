@@ -1,0 +1,391 @@
+"""A real Kubernetes control plane on loopback, for tests and benchmarks.
+
+etcd, kube-apiserver (TLS, static-token authentication, RBAC, service-account signing),
+kube-controller-manager, kube-scheduler and kwok run as local processes from the binaries that
+scripts/kube-binaries.sh builds. kwok plays the kubelets: its nodes carry whatever capacity a node
+pool gives them (`nvidia.com/gpu` included), and its stages (kwok-stages.yaml beside this file) make
+scheduled pods Running, and Succeeded or Failed when a test sets the annotation EXIT_ANNOTATION.
+
+Nothing here is a fake of the API: every request goes to a real kube-apiserver backed by etcd.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# A pod with this annotation leaves Running: "succeed" -> Succeeded, "fail" -> Failed (exit code 1).
+EXIT_ANNOTATION = "kuberl.dev/kwok-exit"
+KWOK_NODE_LABEL = "kuberl.dev/kwok-node"
+STAGES_FILE = Path(__file__).with_name("kwok-stages.yaml")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl", "helm")
+SERVICE_CIDR = "10.96.0.0/16"  # virtual: no packet is ever sent to these addresses
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started; the message says which part and shows its log."""
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class NodePool:
+    """`count` kwok nodes labelled `kuberl.dev/pool: name` (plus `labels`) with this capacity."""
+
+    name: str
+    count: int
+    gpus: int = 0
+    cpu: str = "32"
+    memory: str = "256Gi"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    def node_manifests(self) -> list[dict[str, Any]]:
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": "110"}
+        if self.gpus:
+            capacity["nvidia.com/gpu"] = str(self.gpus)
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": f"{self.name}-{i}",
+                    "labels": {
+                        "kuberl.dev/pool": self.name,
+                        KWOK_NODE_LABEL: "true",
+                        "kubernetes.io/hostname": f"{self.name}-{i}",
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "type": "kwok",
+                        **self.labels,
+                    },
+                },
+                "spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in self.taints]},
+                "status": {"capacity": capacity, "allocatable": capacity},
+            }
+            for i in range(self.count)
+        ]
+
+
+DEFAULT_POOLS = (
+    NodePool(
+        name="gpu-a100",
+        count=2,
+        gpus=8,
+        labels={"nvidia.com/gpu.product": "A100-SXM4-80GB"},
+        taints=(Taint("nvidia.com/gpu", "present"),),
+    ),
+    NodePool(name="cpu", count=2),
+)
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane. `kubeconfig` holds an admin (system:masters) token."""
+
+    workdir: Path
+    bin_dir: Path
+    server: str
+    kubeconfig: Path
+    ca_file: Path
+    admin_token: str
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        return _run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args], check, input=input)
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        env = {**os.environ, "HELM_CACHE_HOME": str(self.workdir / "helm-cache"),
+               "HELM_CONFIG_HOME": str(self.workdir / "helm-config"), "HELM_DATA_HOME": str(self.workdir / "helm-data")}
+        return _run([str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args], check, env=env)
+
+    def api_client(self, token: str | None = None):
+        """A kubernetes.client.ApiClient for the admin, or for `token` (e.g. a ServiceAccount's)."""
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = self.server
+        config.ssl_ca_cert = str(self.ca_file)
+        config.api_key = {"authorization": token or self.admin_token}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(config)
+
+    def kubeconfig_for_token(self, token: str, path: Path) -> Path:
+        """A kubeconfig that authenticates with `token` (to run a program as a ServiceAccount)."""
+        _write_kubeconfig(path, self.server, self.ca_file, token, user="token-user")
+        return path
+
+    def log(self, name: str) -> str:
+        return _tail(self.workdir / f"{name}.log")
+
+    def stop(self) -> None:
+        for name in reversed(list(self.processes)):
+            _terminate(self.processes[name])
+        self.processes.clear()
+
+
+def start_control_plane(
+    bin_dir: Path,
+    workdir: Path,
+    pools: tuple[NodePool, ...] = DEFAULT_POOLS,
+    timeout: float = 90.0,
+) -> ControlPlane:
+    """Start every part, wait until pods can be scheduled onto the pools, and return the plane."""
+    missing = [b for b in BINARIES if not (bin_dir / b).is_file()]
+    if missing:
+        raise ControlPlaneError(f"missing binaries in {bin_dir}: {', '.join(missing)} (run scripts/kube-binaries.sh)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    pki = _make_pki(workdir / "pki")
+    tokens = {name: os.urandom(16).hex() for name in ("admin", "controller-manager", "scheduler")}
+    (workdir / "tokens.csv").write_text(
+        f'{tokens["admin"]},admin,admin,"system:masters"\n'
+        f"{tokens['controller-manager']},system:kube-controller-manager,kcm,\n"
+        f"{tokens['scheduler']},system:kube-scheduler,scheduler,\n"
+    )
+    ports = {name: _free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+    kubeconfigs = {
+        name: _write_kubeconfig(workdir / f"{name}.kubeconfig", server, pki["ca.crt"], token, user=name)
+        for name, token in tokens.items()
+    }
+    plane = ControlPlane(workdir, bin_dir, server, kubeconfigs["admin"], pki["ca.crt"], tokens["admin"])
+    deadline = time.monotonic() + timeout
+    try:
+        etcd_url = f"http://127.0.0.1:{ports['etcd']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        _spawn(plane, "etcd", [
+            "--name=kuberl-test", f"--data-dir={workdir / 'etcd'}",
+            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=kuberl-test={peer_url}", "--unsafe-no-fsync", "--log-level=warn",
+        ])
+        _wait(plane, "etcd", deadline, lambda: _http_ok(f"{etcd_url}/health"))
+
+        _spawn(plane, "kube-apiserver", [
+            f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={ports['apiserver']}",
+            f"--tls-cert-file={pki['apiserver.crt']}", f"--tls-private-key-file={pki['apiserver.key']}",
+            f"--client-ca-file={pki['ca.crt']}", f"--token-auth-file={workdir / 'tokens.csv'}",
+            "--authorization-mode=RBAC", "--anonymous-auth=false",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki['sa.pub']}", f"--service-account-signing-key-file={pki['sa.key']}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+            f"--cert-dir={workdir / 'pki'}",
+            # The kubernetes Service's endpoints would have to be a routable address; nothing here
+            # reaches the API server through that Service, so no endpoints are kept for it.
+            "--endpoint-reconciler-type=none",
+        ])
+        _wait(plane, "kube-apiserver", deadline, lambda: _http_ok(f"{server}/readyz", pki["ca.crt"], tokens["admin"]))
+
+        common = ["--leader-elect=false", "--bind-address=127.0.0.1", "--profiling=false"]
+        _spawn(plane, "kube-controller-manager", [
+            f"--kubeconfig={kubeconfigs['controller-manager']}",
+            f"--authentication-kubeconfig={kubeconfigs['controller-manager']}",
+            f"--authorization-kubeconfig={kubeconfigs['controller-manager']}",
+            f"--secure-port={ports['kcm']}", f"--cert-dir={workdir / 'kcm-certs'}",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki['sa.key']}", f"--root-ca-file={pki['ca.crt']}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", *common,
+        ])
+        _spawn(plane, "kube-scheduler", [
+            f"--kubeconfig={kubeconfigs['scheduler']}",
+            f"--authentication-kubeconfig={kubeconfigs['scheduler']}",
+            f"--authorization-kubeconfig={kubeconfigs['scheduler']}",
+            f"--secure-port={ports['scheduler']}", f"--cert-dir={workdir / 'scheduler-certs'}", *common,
+        ])
+        _spawn(plane, "kwok", [
+            f"--kubeconfig={kubeconfigs['admin']}", f"--config={STAGES_FILE}",
+            "--manage-all-nodes=false", f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=true",
+            "--node-lease-duration-seconds=40", "--cidr=10.244.0.1/16", "--node-ip=10.240.0.1",
+            f"--server-address=127.0.0.1:{ports['kwok']}",
+        ])
+        _wait(plane, "kube-controller-manager", deadline, lambda: _http_ok(f"https://127.0.0.1:{ports['kcm']}/healthz", None))
+        _wait(plane, "kube-scheduler", deadline, lambda: _http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz", None))
+
+        nodes = [n for pool in pools for n in pool.node_manifests()]
+        plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(n) for n in nodes))
+        names = {n["metadata"]["name"] for n in nodes}
+        _wait(plane, "kwok", deadline, lambda: names <= _ready_nodes(plane))
+        # The controller-manager creates each namespace's "default" ServiceAccount; pods need it.
+        _wait(plane, "kube-controller-manager", deadline,
+              lambda: plane.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _run(argv: list[str], check: bool, **kwargs: Any) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, **kwargs)
+    if check and result.returncode != 0:
+        raise ControlPlaneError(f"{Path(argv[0]).name} {' '.join(argv[3:])} failed ({result.returncode}):\n{result.stderr}")
+    return result
+
+
+def _spawn(plane: ControlPlane, name: str, args: list[str]) -> None:
+    log = open(plane.workdir / f"{name}.log", "wb")
+    plane.processes[name] = subprocess.Popen(
+        [str(plane.bin_dir / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def _wait(plane: ControlPlane, name: str, deadline: float, ready: Callable[[], bool]) -> None:
+    while True:
+        for proc_name, proc in plane.processes.items():
+            if proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"{proc_name} exited with status {proc.returncode} while waiting for {name}:\n{plane.log(proc_name)}"
+                )
+        try:
+            if ready():
+                return
+        except (OSError, subprocess.SubprocessError):
+            pass
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"{name} was not ready in time; its log ends with:\n{plane.log(name)}")
+        time.sleep(0.2)
+
+
+def _ready_nodes(plane: ControlPlane) -> set[str]:
+    out = plane.kubectl("get", "nodes", "-o", "json", check=False)
+    if out.returncode != 0:
+        return set()
+    ready = set()
+    for node in json.loads(out.stdout)["items"]:
+        conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+        if conditions.get("Ready") == "True":
+            ready.add(node["metadata"]["name"])
+    return ready
+
+
+def _http_ok(url: str, ca_file: Path | None = None, token: str | None = None) -> bool:
+    context = None
+    if url.startswith("https"):
+        context = ssl.create_default_context(cafile=str(ca_file)) if ca_file else ssl._create_unverified_context()
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: str) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kuberl-test", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "kuberl-test", "context": {"cluster": "kuberl-test", "user": user, "namespace": "default"}}],
+        "current-context": "kuberl-test",
+    }
+    path.write_text(json.dumps(config, indent=2))  # JSON is YAML
+    path.chmod(0o600)
+    return path
+
+
+def _make_pki(directory: Path) -> dict[str, Path]:
+    """A CA, the apiserver's serving certificate, and the service-account signing key pair."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def key_pem(key) -> bytes:
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kuberl-test-ca")])
+    ca_cert = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=7))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    first_service_ip = next(ipaddress.ip_network(SERVICE_CIDR).hosts())
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
+    server_cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=7))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(n) for n in names]
+                + [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(first_service_ip)]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    files = {
+        "ca.crt": ca_cert.public_bytes(serialization.Encoding.PEM),
+        "apiserver.crt": server_cert.public_bytes(serialization.Encoding.PEM),
+        "apiserver.key": key_pem(server_key),
+        "sa.key": key_pem(sa_key),
+        "sa.pub": sa_key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo),
+    }
+    paths = {}
+    for name, data in files.items():
+        paths[name] = directory / name
+        paths[name].write_bytes(data)
+        paths[name].chmod(0o600)
+    return paths
+
+
+def remove_workdir(workdir: Path) -> None:
+    shutil.rmtree(workdir, ignore_errors=True)

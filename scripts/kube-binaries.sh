@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the cluster tests run (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, etcd, kwok, helm) from the Go module proxy, and caches them outside the
+# repository, keyed by their versions. Prints the bin directory on stdout; logs go to stderr.
+#
+# No Docker, no release downloads: only `go` and the module proxy. k8s.io/kubernetes is not meant to
+# be a dependency (its go.mod points its staging modules at ./staging), so each binary is built in a
+# small wrapper module that replaces every staging module k8s.io/<name> with its v0.N.x release.
+set -euo pipefail
+
+K8S_VERSION=v1.37.2
+STAGING_VERSION=v0.37.2 # the staging modules released with K8S_VERSION
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+root=${KUBERL_CACHE:-$HOME/.cache/kuberl}/kube/$key
+bin=$root/bin
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+
+log() { printf '[kube-binaries] %s\n' "$*" >&2; }
+
+missing=()
+for name in "${binaries[@]}"; do [ -x "$bin/$name" ] || missing+=("$name"); done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "$bin"
+  exit 0
+fi
+
+command -v go >/dev/null || { log "error: go is not installed; it is needed to build ${missing[*]}"; exit 1; }
+# The local Go (1.26) builds every pinned module; never fetch another toolchain behind our back.
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+mkdir -p "$bin" "$root/src"
+started=$(date +%s)
+
+# wrapper NAME: an empty module in $root/src/NAME to build from.
+wrapper() {
+  local dir=$root/src/$1
+  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+  printf 'module kuberl.dev/kube-binaries/%s\n\ngo 1.26.0\n' "$1" >go.mod
+}
+
+build_kubernetes() {
+  wrapper kubernetes
+  log "fetching k8s.io/kubernetes $K8S_VERSION"
+  local gomod
+  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  local staging
+  staging=$(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod")
+  [ -n "$staging" ] || { log "error: no staging modules found in $gomod"; exit 1; }
+  local args=()
+  for module in $staging; do args+=("-replace=$module=$module@$STAGING_VERSION"); done
+  go mod edit "${args[@]}"
+  go get "k8s.io/kubernetes@$K8S_VERSION" >&2
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
+  ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  for name in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    [ -x "$bin/$name" ] && continue
+    log "building $name (a few minutes each on 2 cores)"
+    go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "k8s.io/kubernetes/cmd/$name"
+  done
+}
+
+# build_one NAME MODULE@VERSION PACKAGE
+build_one() {
+  [ -x "$bin/$1" ] && return 0
+  wrapper "$1"
+  log "building $1 from $2"
+  go get "$2" >&2
+  go build -trimpath -ldflags "-s -w" -o "$bin/$1" "$3"
+}
+
+build_kubernetes
+build_one etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3
+build_one kwok "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+build_one helm "helm.sh/helm/v3@$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+
+log "built ${missing[*]} in $(( $(date +%s) - started )) s into $bin"
+echo "$bin"
