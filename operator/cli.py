@@ -10,6 +10,7 @@ from pathlib import Path
 from .api import API_VERSION
 from .crd import crd_yaml
 from .manifest import ManifestError, load_rljobs
+from .planner import OperatorSettings
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -39,6 +40,20 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from .main import OperatorOptions, run  # kopf and the client load only for this command
+
+    run(OperatorOptions(
+        kubeconfig=args.kubeconfig,
+        namespaces=tuple(args.namespace),
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        workers=args.workers,
+        settings=OperatorSettings(default_image=args.default_image),
+    ))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="RL post-training of LLMs on Kubernetes.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -53,6 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(func=_cmd_validate)
+
+    op = sub.add_parser(
+        "operator",
+        help="run the RLJob operator",
+        description="Run the RLJob operator: in a pod it uses its ServiceAccount, elsewhere --kubeconfig.",
+    )
+    op.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount)")
+    op.add_argument("--namespace", action="append", default=[], help="watch only this namespace (repeatable)")
+    op.add_argument("--metrics-port", type=int, default=8000, help="Prometheus /metrics port (default 8000)")
+    op.add_argument("--health-port", type=int, default=8080, help="liveness and readiness /healthz port (default 8080)")
+    op.add_argument("--workers", type=int, default=4, help="RLJobs reconciled at once (default 4)")
+    op.add_argument("--default-image", default=OperatorSettings().default_image, help="trainer image for RLJobs that name none")
+    op.set_defaults(func=_cmd_operator)
     return parser
 
 

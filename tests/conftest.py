@@ -46,8 +46,8 @@ def kube_binaries() -> Path:
 def control_plane(tmp_path_factory: pytest.TempPathFactory):
     """etcd, kube-apiserver, controller-manager, scheduler and kwok nodes on loopback, for the session.
 
-    Node pools: gpu-a100 (2 nodes x 8 nvidia.com/gpu, tainted nvidia.com/gpu=present:NoSchedule) and
-    cpu (2 nodes). See kuberl.operator.testing.control_plane.
+    Node pools: gpu-h100 and gpu-a100 (2 nodes x 8 nvidia.com/gpu each, tainted
+    nvidia.com/gpu=present:NoSchedule) and cpu (2 nodes). See kuberl.operator.testing.control_plane.
     """
     import time
 
@@ -63,3 +63,12 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
     plane.start_seconds = time.monotonic() - started
     yield plane
     plane.stop()
+
+
+@pytest.fixture(scope="session")
+def rljob_crd(control_plane) -> None:
+    """The generated RLJob CRD, applied to the control plane and Established."""
+    from kuberl.operator.crd import CRD_FILE_NAME
+
+    control_plane.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / CRD_FILE_NAME))
+    control_plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev", "--timeout=60s")

@@ -11,11 +11,12 @@ from .layout import ActorLayout, ParallelLayout
 from .model import ModelSpec, SecretKeyRef, TokenizerSpec, WeightsSource
 from .reward import PythonReward, RewardRule, RewardSpec
 from .rollout import RolloutSpec
+from .topology import EngineConfig, EngineRoleName, RoleTopology
 from .trainer import CheckpointSpec, OptimizerSpec, TrainerSpec
 
 __all__ = [
-    "ActorLayout", "AlgorithmName", "AlgorithmSpec", "CheckpointSpec", "DPOSpec", "DataSpec", "DatasetSource",
+    "ActorLayout", "AlgorithmName", "AlgorithmSpec", "CheckpointSpec", "DPOSpec", "DataSpec", "DatasetSource", "EngineConfig", "EngineRoleName",
     "GAESpec", "GRPOSpec", "GeneratorSpec", "ModelSpec", "OptimizerSpec", "PPOSpec", "ParallelLayout",
-    "PythonReward", "RULE_ERROR_TYPE", "ReinforcePPSpec", "RewardRule", "RewardSpec", "RolloutSpec",
+    "PythonReward", "RULE_ERROR_TYPE", "ReinforcePPSpec", "RewardRule", "RewardSpec", "RoleTopology", "RolloutSpec",
     "Rule", "SecretKeyRef", "SpecModel", "TokenizerSpec", "TrainerSpec", "WeightsSource",
 ]

@@ -87,6 +87,13 @@ class NodePool:
 
 DEFAULT_POOLS = (
     NodePool(
+        name="gpu-h100",
+        count=2,
+        gpus=8,
+        labels={"nvidia.com/gpu.product": "H100-SXM5-80GB"},
+        taints=(Taint("nvidia.com/gpu", "present"),),
+    ),
+    NodePool(
         name="gpu-a100",
         count=2,
         gpus=8,

@@ -14,7 +14,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.api import GROUP, PLURAL, VERSION
-from kuberl.operator.crd import CRD_FILE_NAME
 from kuberl.operator.manifest import ManifestError, load_documents, load_rljobs
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 
@@ -45,12 +44,6 @@ def test_warm_start_is_under_30_seconds(control_plane) -> None:
 
 
 # --- the RLJob CRD on a real API server ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def rljob_crd(control_plane, repo: Path) -> None:
-    control_plane.kubectl("apply", "--server-side", "-f", str(repo / "crds" / CRD_FILE_NAME))
-    control_plane.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
 
 
 def _create(plane, doc: dict, dry_run: bool = True) -> dict:
@@ -173,6 +166,7 @@ def test_service_account_needs_a_role_to_list_pods(control_plane) -> None:
 def _gpu_job(name: str, tolerate: bool) -> dict:
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "nodeSelector": {"kuberl.dev/pool": "gpu-a100"},
         "containers": [{"name": "worker", "image": "kuberl/trainer:test", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
     }
     if tolerate:

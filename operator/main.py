@@ -1,0 +1,104 @@
+"""`kuberl operator`: kopf watches, our work queue reconciles."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from prometheus_client import start_http_server
+
+from .api import GROUP, PLURAL, VERSION
+from .controller import OperatorMetrics, Reconciler, WorkQueue, run_workers
+from .planner import LABEL_JOB, OperatorSettings
+
+log = logging.getLogger("kuberl.operator")
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    kubeconfig: str | None = None
+    """None: the in-cluster ServiceAccount."""
+    namespaces: tuple[str, ...] = ()
+    """Empty: every namespace."""
+    metrics_port: int = 8000
+    health_port: int = 8080
+    workers: int = 4
+    settings: OperatorSettings = OperatorSettings()
+
+
+def load_client_configuration(kubeconfig: str | None) -> client.Configuration:
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration, persist_config=False)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    return configuration
+
+
+def build_registry(queue: WorkQueue, configuration: client.Configuration, options: OperatorOptions,
+                   reconciler: Reconciler, metrics: OperatorMetrics) -> kopf.OperatorRegistry:
+    """kopf's handlers, in a registry of their own (no module-level state)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        # Watches end and reconnect regularly, so a silently dead connection cannot stall us.
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+        settings.watching.connect_timeout = 30
+        settings.networking.request_timeout = 60
+        settings.posting.level = logging.WARNING
+        asyncio.get_running_loop().create_task(run_workers(queue, reconciler, metrics, options.workers))
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        keys = configuration.api_key or {}
+        raw = keys.get("BearerToken") or keys.get("authorization") or ""
+        token = raw.removeprefix("Bearer ").strip() or None
+        return kopf.ConnectionInfo(
+            server=configuration.host,
+            ca_path=configuration.ssl_ca_cert,
+            insecure=not configuration.verify_ssl,
+            scheme="Bearer" if token else None,
+            token=token,
+            certificate_path=configuration.cert_file,
+            private_key_path=configuration.key_file,
+        )
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def rljob_changed(namespace: str, name: str, **_: Any) -> None:
+        queue.add((namespace, name))
+
+    def child_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
+        queue.add((namespace, labels[LABEL_JOB]))
+
+    for resource in (("batch", "v1", "jobs"), ("v1", "pods"), ("v1", "configmaps")):
+        kopf.on.event(*resource, labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(child_changed)
+
+    return registry
+
+
+def run(options: OperatorOptions) -> None:
+    """Run until interrupted."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # kopf logs every handler call at INFO; ours only enqueue, so only their failures are news.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    configuration = load_client_configuration(options.kubeconfig)
+    metrics = OperatorMetrics()
+    start_http_server(options.metrics_port, registry=metrics.registry)
+    reconciler = Reconciler(client.ApiClient(configuration), options.settings, metrics)
+    queue = WorkQueue()
+    registry = build_registry(queue, configuration, options, reconciler, metrics)
+    log.info("kuberl operator: watching %s; metrics on :%d, health on :%d",
+             ", ".join(options.namespaces) or "all namespaces", options.metrics_port, options.health_port)
+    kopf.run(
+        registry=registry,
+        standalone=True,
+        clusterwide=not options.namespaces,
+        namespaces=list(options.namespaces),
+        liveness_endpoint=f"http://0.0.0.0:{options.health_port}/healthz",
+    )

@@ -1,0 +1,398 @@
+"""The RLJob operator on a real control plane, running as the ServiceAccount and rules the chart ships."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from kuberl.operator.api import GROUP, PLURAL, VERSION
+from kuberl.operator.manifest import load_documents
+from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
+
+REPO = Path(__file__).resolve().parent.parent.parent
+RULES = REPO / "helm" / "kuberl" / "files" / "operator-rules.yaml"
+
+
+def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = check()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            last = None
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    """`kuberl operator` as a subprocess, authenticated as the kuberl-operator ServiceAccount."""
+
+    def __init__(self, kubeconfig: Path, log: Path):
+        self.kubeconfig, self.log = kubeconfig, log
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        kuberl = Path(sys.executable).parent / "kuberl"
+        self.proc = subprocess.Popen(
+            [str(kuberl), "operator", "--kubeconfig", str(self.kubeconfig),
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)],
+            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        eventually(self.healthy, 30, "the operator's health endpoint")
+
+    def healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the operator exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def operator(control_plane, rljob_crd, tmp_path_factory):
+    admin = control_plane.api_client()
+    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kuberl-system")))
+    core.create_namespaced_service_account("kuberl-system", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="kuberl-operator")))
+    rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                              "metadata": {"name": "kuberl-operator"}, "rules": yaml.safe_load(RULES.read_text())})
+    rbac.create_cluster_role_binding({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kuberl-operator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl-operator"},
+        "subjects": [{"kind": "ServiceAccount", "name": "kuberl-operator", "namespace": "kuberl-system"}],
+    })
+    token = core.create_namespaced_service_account_token(
+        "kuberl-operator", "kuberl-system",
+        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
+    ).status.token
+    workdir = tmp_path_factory.mktemp("operator")
+    process = OperatorProcess(control_plane.kubeconfig_for_token(token, workdir / "operator.kubeconfig"), workdir / "operator.log")
+    process.start()
+    yield process
+    process.stop()
+    assert "Traceback" not in process.log.read_text(), process.log.read_text()[-5000:]
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def new_namespace(plane, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(plane.api_client()).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
+    """A GRPO job with two actor pods on the cpu pool and a critic-free layout."""
+    spec = {
+        "model": {"path": "/models/m"},
+        "data": {"train": {"path": "/data/train.jsonl"}},
+        "algorithm": {"name": "grpo"},
+        "rollout": {"samplesPerPrompt": 4},
+        "reward": {"rules": [{"name": "math_answer"}]},
+        "roles": {"actor": {"replicas": 2, "nodeSelector": {"kuberl.dev/pool": "cpu"}}},
+        "trainer": {"totalSteps": 10, "promptsPerStep": 4},
+        "runPolicy": {"backoffLimit": 3},
+    }
+    for key, value in spec_changes.items():
+        spec[key] = value
+    return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name}, "spec": spec}
+
+
+def create(plane, namespace: str, doc: dict[str, Any]) -> None:
+    client.CustomObjectsApi(plane.api_client()).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
+
+
+def get(plane, namespace: str, name: str) -> dict[str, Any]:
+    return client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+
+def status(plane, namespace: str, name: str) -> dict[str, Any]:
+    return get(plane, namespace, name).get("status") or {}
+
+
+def wait_phase(plane, namespace: str, name: str, phase: str, timeout: float = 60, **fields: Any) -> dict[str, Any]:
+    def reached():
+        s = status(plane, namespace, name)
+        return s if s.get("phase") == phase and all(s.get(k) == v for k, v in fields.items()) else None
+
+    return eventually(reached, timeout, f"{namespace}/{name} to reach {phase} {fields or ''}")
+
+
+def pods(plane, namespace: str, selector: str) -> list[client.V1Pod]:
+    return client.CoreV1Api(plane.api_client()).list_namespaced_pod(namespace, label_selector=selector).items
+
+
+def live_pods(plane, namespace: str, job: str) -> list[client.V1Pod]:
+    return [p for p in pods(plane, namespace, f"kuberl.dev/job={job}") if p.metadata.deletion_timestamp is None]
+
+
+def fail_pod(plane, pod: client.V1Pod) -> None:
+    client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
+        pod.metadata.name, pod.metadata.namespace, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail"}}}
+    )
+
+
+# --- tests -------------------------------------------------------------------------------------------
+
+
+def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "rl")
+    core = client.CoreV1Api(plane.api_client())
+    # The example's checkpoint claim, bound to a static volume (no provisioner here).
+    core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"ckpt-{ns}"},
+        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "hostPath": {"path": f"/tmp/{ns}"},
+                 "storageClassName": "", "claimRef": {"namespace": ns, "name": "ppo-qwen-math-ckpt"}}})
+    core.create_namespaced_persistent_volume_claim(ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ppo-qwen-math-ckpt"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}},
+                 "storageClassName": "", "volumeName": f"ckpt-{ns}"}})
+    doc = load_documents((REPO / "examples" / "ppo-cluster.yaml").read_text(), "ppo")[0][1]
+    doc["metadata"]["namespace"] = ns
+    create(plane, ns, doc)
+    name = doc["metadata"]["name"]
+
+    s = wait_phase(plane, ns, name, "Running", 90)
+    assert s["restarts"] == 0
+    assert s["roles"]["actor"]["ready"] == 2 and s["roles"]["critic"]["ready"] == 1
+    assert any(c["type"] == "Running" and c["status"] == "True" for c in s["conditions"])
+
+    service = core.read_namespaced_service(name, ns)
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
+    config = json.loads(core.read_namespaced_config_map(f"{name}-config", ns).data["engine-config.json"])
+    assert config["worldSize"] == 24  # 2 actor pods x 8 GPUs + 1 critic pod x 8 GPUs
+    assert config["roles"]["critic"]["rankOffset"] == 16 and config["roles"]["ref"]["colocatedWith"] == "actor"
+
+    batch = client.BatchV1Api(plane.api_client())
+    jobs = {j.metadata.name: j for j in batch.list_namespaced_job(ns).items}
+    assert set(jobs) == {f"{name}-actor", f"{name}-critic"}
+    assert jobs[f"{name}-actor"].spec.parallelism == 2 and jobs[f"{name}-actor"].spec.completion_mode == "Indexed"
+    for job in jobs.values():
+        assert job.metadata.owner_references[0].kind == "RLJob" and job.metadata.owner_references[0].controller
+
+    actor_pods, critic_pods = pods(plane, ns, "kuberl.dev/role=actor"), pods(plane, ns, "kuberl.dev/role=critic")
+    assert all(p.spec.node_name.startswith("gpu-h100-") for p in actor_pods)
+    assert all(p.spec.node_name.startswith("gpu-a100-") for p in critic_pods)
+    pod = actor_pods[0]
+    container = pod.spec.containers[0]
+    env = {e.name: e.value for e in container.env}
+    assert env["WORLD_SIZE"] == "24" and env["MASTER_ADDR"] == f"{name}-actor-0.{name}.{ns}.svc"
+    assert env["KUBERL_ROLE"] == "actor" and env["MASTER_PORT"] == "29500"
+    assert container.resources.limits["nvidia.com/gpu"] == "8"
+    assert container.security_context.allow_privilege_escalation is False
+    assert container.security_context.capabilities.drop == ["ALL"]
+    assert pod.spec.security_context.run_as_non_root and pod.spec.subdomain == name
+    assert any(v.persistent_volume_claim and v.persistent_volume_claim.claim_name == "ppo-qwen-math-ckpt" for v in pod.spec.volumes)
+    assert any(v.empty_dir and v.empty_dir.medium == "Memory" for v in pod.spec.volumes)
+
+
+def test_a_failed_pod_restarts_the_gang_and_backoff_limit_ends_it(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "restart")
+    create(plane, ns, small_job("gang", runPolicy={"backoffLimit": 1}))
+    wait_phase(plane, ns, "gang", "Running")
+    before = live_pods(plane, ns, "gang")
+    indexes = sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in before)
+
+    fail_pod(plane, before[1])
+    s = wait_phase(plane, ns, "gang", "Running", 60, restarts=1)
+    after = eventually(lambda: (ps := live_pods(plane, ns, "gang")) and len(ps) == 2 and ps, 30, "two new pods")
+    assert {p.metadata.uid for p in after}.isdisjoint(p.metadata.uid for p in before)
+    assert sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in after) == indexes
+    assert all(p.metadata.labels["kuberl.dev/attempt"] == "1" for p in after)
+    assert s["roles"]["actor"]["ready"] == 2
+
+    fail_pod(plane, after[0])
+    s = wait_phase(plane, ns, "gang", "Failed", 60)
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "BackoffLimitExceeded" and "backoffLimit 1" in failed["message"]
+    assert s["restarts"] == 1
+    eventually(lambda: not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items, 60, "the Jobs to go")
+
+
+def test_suspend_removes_pods_and_resume_brings_them_back(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "suspend")
+    create(plane, ns, small_job("pausable"))
+    wait_phase(plane, ns, "pausable", "Running")
+    api = client.CustomObjectsApi(plane.api_client())
+    api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pausable", {"spec": {"runPolicy": {"suspend": True}}})
+    wait_phase(plane, ns, "pausable", "Suspended")
+    eventually(lambda: not pods(plane, ns, "kuberl.dev/job=pausable"), 60, "the pods to go")
+    assert client.CoreV1Api(plane.api_client()).read_namespaced_config_map("pausable-config", ns)  # kept
+    api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "pausable", {"spec": {"runPolicy": {"suspend": False}}})
+    s = wait_phase(plane, ns, "pausable", "Running")
+    assert s["restarts"] == 0  # a suspension is not a failure
+
+
+def test_deleting_the_rljob_removes_every_child(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "delete")
+    create(plane, ns, small_job("doomed"))
+    wait_phase(plane, ns, "doomed", "Running")
+    client.CustomObjectsApi(plane.api_client()).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "doomed")
+    core, batch = client.CoreV1Api(plane.api_client()), client.BatchV1Api(plane.api_client())
+
+    def nothing_left() -> bool:
+        selector = "kuberl.dev/job=doomed"
+        return not (batch.list_namespaced_job(ns, label_selector=selector).items
+                    or core.list_namespaced_pod(ns, label_selector=selector).items
+                    or core.list_namespaced_service(ns, label_selector=selector).items
+                    or core.list_namespaced_config_map(ns, label_selector=selector).items
+                    or core.list_namespaced_service_account(ns, label_selector=selector).items)
+
+    eventually(nothing_left, 90, "the garbage collector to remove every child")
+
+
+def test_progress_reaches_the_status_through_the_trainers_one_configmap(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "progress")
+    create(plane, ns, small_job("reporting"))
+    wait_phase(plane, ns, "reporting", "Running")
+    core = client.CoreV1Api(plane.api_client())
+    token = core.create_namespaced_service_account_token(
+        "reporting-trainer", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    ).status.token
+    as_trainer = plane.api_client(token=token)
+    report = {"step": 7, "totalSteps": 10, "rewardMean": 0.625, "kl": 0.01, "tokensPerSecond": 240.0,
+              "lastCheckpoint": {"step": 5, "path": "/checkpoints/step-5"}}
+
+    def write_report() -> bool:  # the RoleBinding may take a moment to reach the authorizer
+        try:
+            client.CoreV1Api(as_trainer).patch_namespaced_config_map(
+                "reporting-progress", ns, {"data": {"progress.json": json.dumps(report)}})
+            return True
+        except ApiException as exc:
+            assert exc.status == 403
+            return False
+
+    eventually(write_report, 20, "the trainer's Role to apply")
+    s = eventually(lambda: (x := status(plane, ns, "reporting")).get("step") == 7 and x, 30, "the step in the status")
+    assert s["metrics"] == {"rewardMean": 0.625, "kl": 0.01, "tokensPerSecond": 240.0}
+    assert s["lastCheckpoint"]["path"] == "/checkpoints/step-5" and s["totalSteps"] == 10
+    printed = plane.kubectl("get", "rlj", "reporting", "-n", ns, "--no-headers").stdout.split()
+    assert printed[1:4] == ["Running", "7", "0.625"]
+
+    # Least privilege: the trainer can touch nothing else.
+    for attempt in (
+        lambda: client.CustomObjectsApi(as_trainer).patch_namespaced_custom_object_status(
+            GROUP, VERSION, ns, PLURAL, "reporting", {"status": {"step": 99}}),
+        lambda: client.CoreV1Api(as_trainer).read_namespaced_config_map("reporting-config", ns),
+        lambda: client.CoreV1Api(as_trainer).list_namespaced_pod(ns),
+    ):
+        with pytest.raises(ApiException) as caught:
+            attempt()
+        assert caught.value.status == 403
+
+
+def test_success_of_the_actor_ends_the_job(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "done")
+    create(plane, ns, small_job("finisher"))
+    wait_phase(plane, ns, "finisher", "Running")
+    for pod in live_pods(plane, ns, "finisher"):
+        client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
+            pod.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}})
+    s = wait_phase(plane, ns, "finisher", "Succeeded")
+    assert s["completionTime"] and s["roles"]["actor"]["succeeded"] == 2
+
+
+def test_active_deadline_fails_the_job(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "deadline")
+    create(plane, ns, small_job("slow", runPolicy={"activeDeadlineSeconds": 4}))
+    s = wait_phase(plane, ns, "slow", "Failed", 60)
+    assert next(c for c in s["conditions"] if c["type"] == "Failed")["reason"] == "DeadlineExceeded"
+    eventually(lambda: not live_pods(plane, ns, "slow"), 60, "the pods to go")
+
+
+def test_a_spec_that_slips_past_the_crd_fails_with_a_message(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "invalid")
+    bad = small_job("bad-quantity")
+    bad["spec"]["roles"]["actor"]["resources"] = {"requests": {"memory": "4GB"}}  # the CRD cannot judge this
+    create(plane, ns, bad)
+    s = wait_phase(plane, ns, "bad-quantity", "Failed")
+    condition = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert condition["reason"] == "InvalidSpec"
+    assert "spec.roles.actor.resources.requests.memory" in condition["message"]
+    assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
+    create(plane, ns, small_job("still-served"))  # the operator kept running
+    wait_phase(plane, ns, "still-served", "Running")
+
+
+def test_operator_killed_mid_reconcile_converges_without_duplicates(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "crash")
+    names = [f"job{i}" for i in range(4)]
+    for name in names:
+        create(plane, ns, small_job(name))
+    time.sleep(0.3)
+    operator.kill()  # somewhere in the middle of creating children
+    operator.start()
+    for name in names:
+        wait_phase(plane, ns, name, "Running", 90)
+    batch, core = client.BatchV1Api(plane.api_client()), client.CoreV1Api(plane.api_client())
+    for name in names:
+        selector = f"kuberl.dev/job={name}"
+        assert len(batch.list_namespaced_job(ns, label_selector=selector).items) == 1
+        assert len(core.list_namespaced_service(ns, label_selector=selector).items) == 1
+        assert len(live_pods(plane, ns, name)) == 2
+        assert status(plane, ns, name)["restarts"] == 0
+
+
+def test_operator_metrics_and_health(control_plane, operator) -> None:
+    text = operator.metrics()
+    assert 'kuberl_operator_rljobs{phase="Running"}' in text
+    assert "kuberl_operator_reconcile_duration_seconds_count" in text
+    assert "kuberl_operator_reconcile_errors_total" in text
+    assert "kuberl_operator_gang_restarts_total" in text
+    running = float(next(l for l in text.splitlines() if l.startswith('kuberl_operator_rljobs{phase="Running"}')).split()[-1])
+    assert running >= 1
+    assert operator.healthy()
