@@ -145,6 +145,8 @@ _CEL = celpy.Environment()
 
 def _cel(node: dict[str, Any], obj: Any, path: str, problems: list) -> None:
     for rule in node.get("x-kubernetes-validations", []):
+        if "oldSelf" in rule["rule"]:
+            continue  # transition rules apply to updates only
         program = _CEL.program(_CEL.compile(rule["rule"]))
         if not bool(program.evaluate({"self": celpy.json_to_cel(obj)})):
             problems.append((path + rule.get("fieldPath", ""), rule["message"]))

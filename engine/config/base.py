@@ -43,6 +43,7 @@ class Rule:
 
 def _add_rules_to_schema(schema: dict[str, Any], cls: type) -> None:
     rules = [r.cel_validation() for r in getattr(cls, "RULES", ()) if r.cel]
+    rules += [dict(rule) for rule in getattr(cls, "TRANSITION_RULES", ())]
     if rules:
         schema["x-kubernetes-validations"] = rules
 
@@ -64,6 +65,9 @@ class SpecModel(BaseModel):
     )
 
     RULES: ClassVar[tuple[Rule, ...]] = ()
+    # Rules over `self` and `oldSelf` that the API server applies to updates. Parsing a manifest has
+    # no old object, so these live only in the CRD.
+    TRANSITION_RULES: ClassVar[tuple[dict[str, str], ...]] = ()
 
     @model_validator(mode="after")
     def _check_rules(self) -> "SpecModel":

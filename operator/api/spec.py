@@ -30,6 +30,22 @@ class LocalObjectReference(SpecModel):
     name: str = Field(min_length=1, max_length=253)
 
 
+# What a running job cannot change: its pods, engine config and checkpoints depend on them.
+# runPolicy (suspend, backoffLimit, deadlines) stays mutable.
+IMMUTABLE_FIELDS = (
+    "model", "tokenizer", "data", "algorithm", "rollout", "reward", "roles", "trainer", "monitoring",
+    "image", "imagePullPolicy", "imagePullSecrets", "serviceAccountName",
+)
+
+
+def _immutable(field: str) -> dict[str, str]:
+    return {
+        "rule": f"has(self.{field}) == has(oldSelf.{field}) && (!has(self.{field}) || self.{field} == oldSelf.{field})",
+        "message": f"{field} cannot change once the RLJob exists (only runPolicy can): create a new RLJob",
+        "fieldPath": f".{field}",
+    }
+
+
 def _sequences_per_step(s: "RLJobSpec") -> int:
     samples = 1 if s.algorithm.name == "dpo" else s.rollout_or_default().samples_per_prompt
     return s.trainer.prompts_per_step * samples
@@ -202,6 +218,8 @@ class RLJobSpec(SpecModel):
             field="monitoring.metricsPort",
         ),
     )
+
+    TRANSITION_RULES = tuple(_immutable(f) for f in IMMUTABLE_FIELDS)
 
     def rollout_or_default(self) -> RolloutSpec:
         return self.rollout or RolloutSpec()

@@ -396,3 +396,19 @@ def test_operator_metrics_and_health(control_plane, operator) -> None:
     running = float(next(l for l in text.splitlines() if l.startswith('kuberl_operator_rljobs{phase="Running"}')).split()[-1])
     assert running >= 1
     assert operator.healthy()
+
+
+def test_fields_of_a_running_job_cannot_change_but_run_policy_can(control_plane, rljob_crd) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "immutable")
+    create(plane, ns, small_job("fixed"))
+    api = client.CustomObjectsApi(plane.api_client())
+    with pytest.raises(ApiException) as caught:
+        api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "fixed", {"spec": {"model": {"path": "/models/other"}}})
+    assert caught.value.status == 422
+    assert "model cannot change once the RLJob exists" in json.loads(caught.value.body)["message"]
+    with pytest.raises(ApiException) as caught:
+        api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "fixed", {"spec": {"roles": {"actor": {"replicas": 4}}}})
+    assert caught.value.status == 422
+    api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "fixed", {"spec": {"runPolicy": {"backoffLimit": 9}}})
+    assert get(plane, ns, "fixed")["spec"]["runPolicy"]["backoffLimit"] == 9
