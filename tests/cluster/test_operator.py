@@ -115,7 +115,9 @@ def operator(control_plane, rljob_crd, tmp_path_factory):
     process.start()
     yield process
     process.stop()
-    assert "Traceback" not in process.log.read_text(), process.log.read_text()[-5000:]
+    log = process.log.read_text()
+    # The shipped rules suffice: nothing the operator asked for was forbidden, nothing crashed.
+    assert "forbidden" not in log.lower() and "Traceback" not in log, log[-5000:]
 
 
 # --- helpers -----------------------------------------------------------------------------------
