@@ -1,0 +1,1 @@
+"""Compatibility layers between libraries and the machine they run on."""

@@ -1,0 +1,1 @@
+"""Llama-family models: their shape, loading, and conversion between Hugging Face and Megatron layouts."""

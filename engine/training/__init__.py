@@ -1,0 +1,1 @@
+"""Training on megatron-core: models, parallel layouts, optimizers."""

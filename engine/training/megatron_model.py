@@ -1,0 +1,70 @@
+"""A Llama-family model as megatron-core's GPTModel (local layer spec), for one pipeline stage."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..compat import megatron_cpu
+from ..models.arch import LlamaArch
+
+
+def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.dtype = torch.float32):
+    """megatron-core's TransformerConfig for `arch`; fused kernels off, so CPU and GPU compute alike."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    arch.check_layout(tp, pp)
+    return TransformerConfig(
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        ffn_hidden_size=arch.intermediate_size,
+        num_attention_heads=arch.num_heads,
+        num_query_groups=arch.num_kv_heads,
+        kv_channels=arch.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=arch.rms_norm_eps,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=arch.qkv_bias,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        params_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        pipeline_dtype=dtype,
+        use_cpu_initialization=True,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        persist_layer_norm=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        attention_softmax_in_fp32=True,
+    )
+
+
+def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0, dtype: torch.dtype = torch.float32):
+    """The GPTModel of one pipeline stage. megatron's parallel_state must already be initialised."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+
+    megatron_cpu.apply()
+    return GPTModel(
+        config=transformer_config(arch, tp, pp, dtype),
+        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=arch.vocab_size,
+        max_sequence_length=arch.max_position_embeddings,
+        pre_process=pp_rank == 0,
+        post_process=pp_rank == pp - 1,
+        share_embeddings_and_output_weights=arch.tie_word_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(arch.rope_theta),
+        parallel_output=True,
+    )
+
+
+def causal_mask(seq_len: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Megatron's mask convention: True where attention is forbidden, shape [1, 1, s, s]."""
+    return torch.triu(torch.ones(seq_len, seq_len, dtype=torch.bool, device=device), diagonal=1)[None, None]

@@ -1,0 +1,154 @@
+"""megatron-core on CPU over gloo: parity with transformers, and TP/PP/DP parity with one process.
+
+Each layout runs as real separate processes (tests/engine/workers/megatron_forward.py), one per
+rank, exactly as torchrun would start them.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from kuberl.engine.models.arch import LlamaArch
+from kuberl.engine.models.convert import fuse_qkv, hf_to_megatron, megatron_to_hf, split_qkv
+
+WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
+    """A small random model of `kind`, its batch, and transformers' logits, loss and gradients."""
+    torch.manual_seed(0)
+    common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
+    if kind == "llama":
+        config = transformers.LlamaConfig(**common, tie_word_embeddings=False)
+        model = transformers.LlamaForCausalLM(config)
+    else:  # qwen2: biases on q, k, v and tied embeddings, like the small Qwen2.5 models
+        config = transformers.Qwen2Config(**common, tie_word_embeddings=True)
+        model = transformers.Qwen2ForCausalLM(config)
+    model = model.float()
+    ids = torch.randint(0, 256, (2, 16))
+    path = directory / f"{kind}.pt"
+    torch.save({"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in model.state_dict().items()},
+                "input_ids": ids}, path)
+    logits = model(ids).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), torch.roll(ids, -1, dims=1).reshape(-1))
+    loss.backward()
+    reference = {"logits": logits.detach(), "loss": loss.detach(),
+                 "grads": {n: p.grad.detach() for n, p in model.named_parameters()}}
+    return path, reference
+
+
+def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int) -> dict:
+    world = tp * pp * dp
+    port = free_port()
+    logs = [out.with_suffix(f".rank{r}.log") for r in range(world)]
+    extra = ["--dp-wrap"] if dp > 1 else []
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--port", str(port),
+             "--tp", str(tp), "--pp", str(pp), *extra, "--model", str(model), "--out", str(out)],
+            stdout=open(logs[r], "w"), stderr=subprocess.STDOUT,
+        )
+        for r in range(world)
+    ]
+    for r, proc in enumerate(procs):
+        try:
+            code = proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise AssertionError(f"rank {r} hung:\n{logs[r].read_text()[-3000:]}")
+        assert code == 0, f"rank {r} failed:\n{logs[r].read_text()[-3000:]}"
+    return torch.load(out, weights_only=False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    directory = tmp_path_factory.mktemp("models")
+    return {kind: make_model(kind, directory) for kind in ("llama", "qwen2")}
+
+
+@pytest.fixture(scope="module")
+def single(models, tmp_path_factory) -> dict[str, dict]:
+    directory = tmp_path_factory.mktemp("single")
+    return {kind: run_layout(path, directory / f"{kind}.pt", 1, 1, 1) for kind, (path, _) in models.items()}
+
+
+def _batch_first(logits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return logits if logits.shape == like.shape else logits.transpose(0, 1)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_one_process_matches_transformers(models, single, kind: str) -> None:
+    _, reference = models[kind]
+    out = single[kind]
+    assert (_batch_first(out["logits"], reference["logits"]) - reference["logits"]).abs().max() < 1e-4
+    assert abs(out["loss"].item() - reference["loss"].item()) < 1e-5
+    assert set(out["hf_grads"]) == set(reference["grads"])
+    for name, grad in reference["grads"].items():
+        assert torch.allclose(out["hf_grads"][name], grad, atol=1e-5, rtol=0), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "tp", "pp", "dp"),
+    [("llama", 2, 1, 1), ("llama", 1, 2, 1), ("llama", 2, 2, 1), ("llama", 1, 1, 2), ("qwen2", 2, 1, 1), ("qwen2", 1, 2, 1)],
+    ids=lambda v: str(v),
+)
+def test_parallel_layout_matches_one_process(models, single, tmp_path: Path, kind: str, tp: int, pp: int, dp: int) -> None:
+    path, reference = models[kind]
+    out = run_layout(path, tmp_path / "out.pt", tp, pp, dp)
+    one = single[kind]
+    assert abs(out["loss"].item() - one["loss"].item()) < 1e-5
+    assert (_batch_first(out["logits"], reference["logits"]) - _batch_first(one["logits"], reference["logits"])).abs().max() < 1e-5
+    for name, grad in one["hf_grads"].items():
+        assert torch.allclose(out["hf_grads"][name], grad, atol=1e-5, rtol=0), name
+
+
+# --- conversion, without processes ---------------------------------------------------------------
+
+
+def test_qkv_fuse_groups_queries_with_their_key_and_value() -> None:
+    arch = LlamaArch(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=4, num_kv_heads=2,
+                     head_dim=2, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=8,
+                     tie_word_embeddings=False, qkv_bias=False)
+    q = torch.arange(8).float().reshape(8, 1)  # heads 0..3, 2 rows each
+    k = 100 + torch.arange(4).float().reshape(4, 1)
+    v = 200 + torch.arange(4).float().reshape(4, 1)
+    fused = fuse_qkv(q, k, v, arch).flatten().tolist()
+    # group 0: q heads 0,1 then k0, v0; group 1: q heads 2,3 then k1, v1
+    assert fused == [0, 1, 2, 3, 100, 101, 200, 201, 4, 5, 6, 7, 102, 103, 202, 203]
+    assert all(torch.equal(a, b) for a, b in zip(split_qkv(fuse_qkv(q, k, v, arch), arch), (q, k, v)))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
+def test_conversion_round_trip_is_exact(models, kind: str, tp: int, pp: int) -> None:
+    blob = torch.load(models[kind][0], weights_only=False)
+    arch = LlamaArch.from_hf_config(blob["hf_config"])
+    shards = {(p, t): hf_to_megatron(blob["state_dict"], arch, t, tp, p, pp) for p in range(pp) for t in range(tp)}
+    back = megatron_to_hf(shards, arch)
+    expected = {k: v for k, v in blob["state_dict"].items() if not (arch.tie_word_embeddings and k == "lm_head.weight")}
+    assert set(back) == set(expected)
+    assert all(torch.equal(back[k], v) for k, v in expected.items())
+
+
+def test_layouts_that_do_not_split_evenly_are_refused() -> None:
+    arch = LlamaArch(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=3, num_heads=4, num_kv_heads=2,
+                     head_dim=16, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=8,
+                     tie_word_embeddings=False, qkv_bias=False)
+    with pytest.raises(ValueError, match="tp=4 must divide the 2 key/value heads.*pp=2 must divide the 3 layers"):
+        arch.check_layout(4, 2)
