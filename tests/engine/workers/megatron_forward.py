@@ -23,7 +23,8 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--dp-wrap", action="store_true", help="wrap in Megatron's DistributedDataParallel")
-    parser.add_argument("--model", required=True, help="a torch.save'd dict: hf_config, state_dict, input_ids")
+    parser.add_argument("--model", required=True, help="a torch.save'd dict: input_ids, and hf_config and state_dict unless --hf-folder")
+    parser.add_argument("--hf-folder", help="read the config and weights from this Hugging Face folder instead")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
@@ -43,6 +44,12 @@ def main() -> None:
     ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
     model_parallel_cuda_manual_seed(1234)
     blob = torch.load(args.model, weights_only=False)
+    if args.hf_folder:
+        from pathlib import Path
+
+        from kuberl.engine.models.loading import read_hf_config, read_hf_state_dict
+        blob["hf_config"] = read_hf_config(Path(args.hf_folder))
+        blob["state_dict"] = read_hf_state_dict(Path(args.hf_folder))
     arch = LlamaArch.from_hf_config(blob["hf_config"])
     tp_rank, pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
     model = build_gpt_model(arch, tp=args.tp, pp=args.pp, pp_rank=pp_rank)
