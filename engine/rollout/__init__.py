@@ -1,0 +1,1 @@
+"""Rollout: generating responses with the current policy."""

