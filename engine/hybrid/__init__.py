@@ -1,0 +1,1 @@
+"""The hybrid engine: moving the actor's weights between Megatron's training layout and vLLM's."""

@@ -1,0 +1,110 @@
+"""What the hybrid engine moves when the actor switches from training to generation. Pure.
+
+Training layout (t, p, d) and generation layout (p_g = 1, t_g, d_g) share the same ranks. Each
+generation replica gathers its weights only inside its micro-DP group, never across the world.
+With t_g = 1 (one vLLM replica per rank, the CPU and small-model case) a rank's micro-DP group is
+its training model-parallel group (the t * p ranks of one data-parallel replica): every weight
+piece is sent once, by the rank that holds it, to the group's other ranks.
+
+HybridFlow (Table 2) puts the bytes a rank receives at (tp - t_g*p_g) / (t_g*p_g*tp) * M for a
+model of M bytes split evenly over tp = t*p ranks; `hybridflow_bytes` is that formula.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..models.arch import LlamaArch
+from ..models.convert import MG_LAYER, stage_layers
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One tensor as one training rank holds it."""
+
+    stage: int
+    tp_rank: int | None
+    """None for a tensor every TP rank of the stage holds whole (norms): stage's TP rank 0 sends it."""
+    name: str
+    """Megatron's stage-local name."""
+    shape: tuple[int, ...]
+
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Every piece of one Megatron parameter; gathered together, they convert to Hugging Face tensors."""
+
+    stage: int
+    name: str
+    layer: int | None
+    """The global layer index, for per-layer parameters."""
+    pieces: tuple[Piece, ...]
+
+
+def hybridflow_bytes(model_bytes: float, tp: int, tg: int = 1, pg: int = 1) -> float:
+    """Bytes each rank receives in one switch (HybridFlow): (tp - t_g p_g) / (t_g p_g tp) * M."""
+    return (tp - tg * pg) / (tg * pg * tp) * model_bytes
+
+
+def transfer_units(arch: LlamaArch, tp: int, pp: int) -> list[Unit]:
+    """Every parameter the generation replica needs, with the pieces that make it, in a fixed order."""
+    arch.check_layout(tp, pp)
+    h, v, ffn = arch.hidden_size, arch.vocab_size, arch.intermediate_size
+    units: list[Unit] = []
+
+    def split(stage: int, name: str, layer: int | None, full: tuple[int, ...], dim: int) -> None:
+        shape = list(full)
+        shape[dim] //= tp
+        units.append(Unit(stage, name, layer, tuple(Piece(stage, t, name, tuple(shape)) for t in range(tp))))
+
+    def whole(stage: int, name: str, layer: int | None, shape: tuple[int, ...]) -> None:
+        units.append(Unit(stage, name, layer, (Piece(stage, None, name, shape),)))
+
+    split(0, "embedding.word_embeddings.weight", None, (v, h), 0)
+    for stage in range(pp):
+        for local, layer in enumerate(stage_layers(arch, stage, pp)):
+            m = MG_LAYER.format(local)
+            whole(stage, m + "input_layernorm.weight", layer, (h,))
+            split(stage, m + "self_attention.linear_qkv.weight", layer, (arch.qkv_rows, h), 0)
+            if arch.qkv_bias:
+                split(stage, m + "self_attention.linear_qkv.bias", layer, (arch.qkv_rows,), 0)
+            split(stage, m + "self_attention.linear_proj.weight", layer, (h, arch.num_heads * arch.head_dim), 1)
+            whole(stage, m + "pre_mlp_layernorm.weight", layer, (h,))
+            split(stage, m + "mlp.linear_fc1.weight", layer, (2 * ffn, h), 0)
+            split(stage, m + "mlp.linear_fc2.weight", layer, (h, ffn), 1)
+    last = pp - 1
+    whole(last, "decoder.final_layernorm.weight", None, (h,))
+    if not arch.tie_word_embeddings:  # tied: vLLM's head is the embedding
+        split(last, "output_layer.weight", None, (v, h), 0)
+    return units
+
+
+def buckets(units: list[Unit], bucket_bytes: int, element_size: int) -> list[list[Unit]]:
+    """Units grouped in order into buckets of at most `bucket_bytes` (a larger unit gets its own)."""
+    out: list[list[Unit]] = [[]]
+    size = 0
+    for unit in units:
+        unit_bytes = sum(p.numel() for p in unit.pieces) * element_size
+        if out[-1] and size + unit_bytes > bucket_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(unit)
+        size += unit_bytes
+    return [b for b in out if b]
+
+
+def received_bytes(units: list[Unit], stage: int, tp_rank: int, element_size: int) -> int:
+    """Bytes the training rank (stage, tp_rank) receives: every piece it does not hold itself."""
+    total = 0
+    for unit in units:
+        for piece in unit.pieces:
+            holds = piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank)
+            if not holds:
+                total += piece.numel() * element_size
+    return total

@@ -1,0 +1,76 @@
+"""One rank of a training->generation switch over gloo; writes what it gathered and counted to --out.
+
+Each rank holds its Megatron shard of a Hugging Face model (layout tp x pp x dp over the world) and
+streams the whole model through the Resharder, bucket by bucket, as vLLM would consume it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for flag in ("--rank", "--world", "--port", "--tp", "--pp", "--bucket-bytes"):
+        parser.add_argument(flag, type=int, required=flag in ("--rank", "--world", "--port"), default=1)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--naive", action="store_true", help="baseline: all-gather every shard to every rank of the world")
+    args = parser.parse_args()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+    from kuberl.engine.compat import megatron_cpu
+    megatron_cpu.apply()
+    from megatron.core import parallel_state as ps
+
+    from kuberl.engine.hybrid.reshard import Resharder
+    from kuberl.engine.models.arch import LlamaArch
+    from kuberl.engine.models.convert import hf_to_megatron
+
+    ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
+    blob = torch.load(args.model, weights_only=False)
+    arch = LlamaArch.from_hf_config(blob["hf_config"])
+    stage, tp_rank = ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()
+    local = hf_to_megatron(blob["state_dict"], arch, tp_rank, args.tp, stage, args.pp)
+    group = ps.get_model_parallel_group()
+    members = [None] * dist.get_world_size(group)
+    dist.all_gather_object(members, (stage, tp_rank, args.rank), group=group)
+    ranks = {(s, t): r for s, t, r in members}
+
+    dist.barrier()
+    if args.naive:
+        gathered, stats = naive(local, args.world)
+    else:
+        resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes)
+        gathered = dict(resharder.stream(local))
+        stats = resharder.stats.history[-1] | {"buckets": resharder.stats.buckets}
+    dist.barrier()
+    expected = {k: v for k, v in blob["state_dict"].items() if not (arch.tie_word_embeddings and k == "lm_head.weight")}
+    exact = (not args.naive) and set(gathered) == set(expected) and all(torch.equal(gathered[k], v) for k, v in expected.items())
+    torch.save({"rank": args.rank, "stage": stage, "tp": tp_rank, "exact": exact, **stats}, f"{args.out}.{args.rank}")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def naive(local: dict, world: int) -> tuple[dict, dict]:
+    """DeepSpeed-Chat style baseline: every rank all-gathers every rank's whole shard, world-wide."""
+    import time
+    started = time.perf_counter()
+    flat = torch.cat([t.flatten().float() for _, t in sorted(local.items())])
+    sizes = [None] * world
+    dist.all_gather_object(sizes, flat.numel())
+    padded = torch.zeros(max(sizes))
+    padded[: flat.numel()] = flat
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    received = 4 * (sum(sizes) - flat.numel())
+    return {}, {"bytes_received": received, "seconds": time.perf_counter() - started}
+
+
+if __name__ == "__main__":
+    main()
