@@ -82,3 +82,33 @@ def read_hf_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     for file in files:
         state.update(load_file(file))
     return state
+
+
+def export_hf_folder(state: dict[str, torch.Tensor], config: dict, out: Path, tokenizer_from: Path | None = None) -> Path:
+    """Write a Hugging Face folder (config.json, model.safetensors, tokenizer) that transformers loads.
+
+    Written under a temporary name and renamed, so a crash never leaves a half-written export.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        tensors = {k: v.detach().contiguous().clone() for k, v in state.items()}
+        if config.get("tie_word_embeddings"):
+            tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
+        save_file(tensors, staging / "model.safetensors", metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        if tokenizer_from is not None:
+            for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                         "generation_config.json"):
+                if (tokenizer_from / name).is_file():
+                    shutil.copy2(tokenizer_from / name, staging / name)
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
