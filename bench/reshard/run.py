@@ -46,6 +46,7 @@ def worker(args: argparse.Namespace) -> None:
     megatron_cpu.apply()
     from megatron.core import parallel_state as ps
 
+    from kuberl.engine.hybrid.baseline import naive_all_gather
     from kuberl.engine.hybrid.reshard import Resharder
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.convert import hf_to_megatron
@@ -91,17 +92,6 @@ def load_or_make(args: argparse.Namespace, config: dict) -> dict[str, torch.Tens
         shapes = {k: v.shape for k, v in transformers.LlamaForCausalLM(cfg).state_dict().items()}
     generator = torch.Generator().manual_seed(0)
     return {k: torch.randn(s, generator=generator) * 0.02 for k, s in shapes.items()}
-
-
-def naive_all_gather(local: dict[str, torch.Tensor], world: int) -> int:
-    flat = torch.cat([t.flatten().float() for _, t in sorted(local.items())])
-    sizes = [None] * world
-    dist.all_gather_object(sizes, flat.numel())
-    padded = torch.zeros(max(sizes))
-    padded[: flat.numel()] = flat
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    return 4 * (sum(sizes) - flat.numel())
 
 
 def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, workdir: Path) -> dict:

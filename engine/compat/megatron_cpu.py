@@ -9,6 +9,7 @@ CPU TP/PP/DP runs match a single process bit for bit. `apply()` does nothing whe
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 
 import torch
@@ -86,8 +87,30 @@ _MODULES_WITH_CUDA_TENSORS = (
     "megatron.core.tensor_parallel.data",
     "megatron.core.tensor_parallel.utils",
     "megatron.core.transformer.module",
+    "megatron.core.utils",
     "megatron.core.models.common.language_module.language_module",
 )
+
+
+# megatron's optimizers accept a parameter only if param.type() names a CUDA tensor type.
+_TYPE_CHECKING_MODULES = frozenset({
+    "megatron.core.optimizer.optimizer",
+    "megatron.core.optimizer.distrib_optimizer",
+    "megatron.core.optimizer.clip_grads",
+})
+
+
+def _cuda_type_names_for_megatron(original):
+    def type_(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if args or kwargs or not isinstance(result, str):
+            return result  # a conversion, not a question
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller in _TYPE_CHECKING_MODULES and result.startswith("torch.") and not result.startswith("torch.cuda."):
+            return "torch.cuda." + result[len("torch."):]
+        return result
+
+    return type_
 
 
 def apply() -> bool:
@@ -113,6 +136,7 @@ def apply() -> bool:
     fused_softmax.get_default_causal_mask = _causal_mask
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
+    torch.Tensor.type = _cuda_type_names_for_megatron(torch.Tensor.type)
     proxy = _TorchOnCpu()
     for name in _MODULES_WITH_CUDA_TENSORS:
         importlib.import_module(name).torch = proxy

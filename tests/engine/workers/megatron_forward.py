@@ -23,6 +23,8 @@ def main() -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--dp-wrap", action="store_true", help="wrap in Megatron's DistributedDataParallel")
+    parser.add_argument("--optimizer-step", action="store_true",
+                        help="after the backward pass take one step of Megatron's distributed Adam and report the weights")
     parser.add_argument("--model", required=True, help="a torch.save'd dict: input_ids, and hf_config and state_dict unless --hf-folder")
     parser.add_argument("--hf-folder", help="read the config and weights from this Hugging Face folder instead")
     parser.add_argument("--out", required=True)
@@ -57,11 +59,13 @@ def main() -> None:
         hf_to_megatron(blob["state_dict"], arch, tp_rank, args.tp, pp_rank, args.pp), strict=False)
     assert not unexpected and all(k.endswith("_extra_state") for k in missing), (missing, unexpected)
 
-    if args.dp_wrap:
+    if args.dp_wrap or args.optimizer_step:
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
         model = DistributedDataParallel(
             config=model.config,
-            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False, average_in_collective=True),
+            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                                     average_in_collective=True,
+                                                     use_distributed_optimizer=args.optimizer_step),
             module=model,
         )
         model.config.no_sync_func = model.no_sync
@@ -94,13 +98,28 @@ def main() -> None:
         forward_step_func=forward_step, data_iterator=iter([None]), model=[model], num_microbatches=1,
         seq_length=seq, micro_batch_size=batch, forward_only=False,
     )
-    module = model.module if args.dp_wrap else model
+    wrapped = args.dp_wrap or args.optimizer_step
+    module = model.module if wrapped else model
     grads = {
-        name: (p.main_grad if args.dp_wrap else p.grad).detach().clone()
+        name: (p.main_grad if wrapped else p.grad).detach().clone()
         for name, p in module.named_parameters()
-        if (p.main_grad if args.dp_wrap else p.grad) is not None
+        if (p.main_grad if wrapped else p.grad) is not None
     }
+    if args.optimizer_step:
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        optimizer = get_megatron_optimizer(
+            OptimizerConfig(optimizer="adam", lr=1e-2, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
+                            adam_eps=1e-8, clip_grad=1.0, use_distributed_optimizer=True),
+            [model],
+        )
+        success, grad_norm, _ = optimizer.step()
+        assert success
+        # Report the stepped weights where the gradients were: the same gather and conversion.
+        grads = {name: p.detach().clone() for name, p in module.named_parameters()}
+        captured["grad_norm"] = float(grad_norm)
     mine = {"pp": pp_rank, "tp": tp_rank, "dp": dp_rank, "grads": grads, "logits": captured.get("logits"),
+            "grad_norm": captured.get("grad_norm"),
             "loss": results[0]["loss"] if results else None}
     everything = [None] * args.world
     dist.all_gather_object(everything, mine)
@@ -115,7 +134,8 @@ def main() -> None:
             # Tied weights live on the first and the last stage; their gradients add up.
             for tp in range(args.tp):
                 shards[(0, tp)]["embedding.word_embeddings.weight"] += shards[(args.pp - 1, tp)].pop("output_layer.weight")
-        torch.save({"hf_grads": megatron_to_hf(shards, arch), "logits": logits, "loss": loss}, args.out)
+        torch.save({"hf_grads": megatron_to_hf(shards, arch), "logits": logits, "loss": loss,
+                    "grad_norm": everything[0]["grad_norm"]}, args.out)
     dist.barrier()
     dist.destroy_process_group()
 

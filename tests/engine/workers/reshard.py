@@ -104,17 +104,12 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
 
 
 def naive(local: dict, world: int) -> tuple[dict, dict]:
-    """DeepSpeed-Chat style baseline: every rank all-gathers every rank's whole shard, world-wide."""
+    """The baseline switch (kuberl.engine.hybrid.baseline), timed."""
     import time
+
+    from kuberl.engine.hybrid.baseline import naive_all_gather
     started = time.perf_counter()
-    flat = torch.cat([t.flatten().float() for _, t in sorted(local.items())])
-    sizes = [None] * world
-    dist.all_gather_object(sizes, flat.numel())
-    padded = torch.zeros(max(sizes))
-    padded[: flat.numel()] = flat
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    received = 4 * (sum(sizes) - flat.numel())
+    received = naive_all_gather(local, world)
     return {}, {"bytes_received": received, "seconds": time.perf_counter() - started}
 
 
