@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,15 +27,10 @@ from pathlib import Path
 from kubernetes import client
 
 from kuberl.operator.testing.control_plane import NodePool, start_control_plane
+from kuberl.operator.testing.waiting import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rljob(name: str) -> dict:

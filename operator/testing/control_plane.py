@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from .waiting import free_port
 
 # A pod with this annotation leaves Running: "succeed" -> Succeeded, "fail" -> Failed (exit code 1).
 EXIT_ANNOTATION = "kuberl.dev/kwok-exit"
@@ -168,7 +169,7 @@ def start_control_plane(
         f"{tokens['controller-manager']},system:kube-controller-manager,kcm,\n"
         f"{tokens['scheduler']},system:kube-scheduler,scheduler,\n"
     )
-    ports = {name: _free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+    ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     kubeconfigs = {
         name: _write_kubeconfig(workdir / f"{name}.kubeconfig", server, pki["ca.crt"], token, user=name)
@@ -308,12 +309,6 @@ def _http_ok(url: str, ca_file: Path | None = None, token: str | None = None) ->
             return response.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError):
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _terminate(proc: subprocess.Popen) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -16,20 +15,10 @@ from kubernetes.client.rest import ApiException
 from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.manifest import ManifestError, load_documents, load_rljobs
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
+from kuberl.operator.testing.waiting import eventually
 
 MANIFESTS = Path(__file__).parent.parent / "manifests"
 EXAMPLES = sorted((Path(__file__).parent.parent.parent / "examples").glob("*.yaml"))
-
-
-def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.3)
 
 
 def fresh_namespace(plane, prefix: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,32 +21,29 @@ from kubernetes.client.rest import ApiException
 from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.manifest import load_documents
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
+from kuberl.operator.testing.waiting import eventually as _eventually
+from kuberl.operator.testing.waiting import free_port
 
 REPO = Path(__file__).resolve().parent.parent.parent
-RULES = REPO / "helm" / "kuberl" / "files" / "operator-rules.yaml"
+
+
+class _NotFound(Exception):
+    pass
 
 
 def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
+    """Wait for `check`; an object that does not exist yet (404) counts as "not yet"."""
+
+    def guarded():
         try:
-            last = check()
+            return check()
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            last = None
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.3)
+            raise _NotFound from exc
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _eventually(guarded, timeout, what, ignore=(_NotFound,))
+RULES = REPO / "helm" / "kuberl" / "files" / "operator-rules.yaml"
 
 
 class OperatorProcess:

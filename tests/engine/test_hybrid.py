@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import transformers
 
 from kuberl.engine.hybrid.plan import buckets, hybridflow_bytes, received_bytes, transfer_units
 from kuberl.engine.models.arch import LlamaArch
+from kuberl.operator.testing.waiting import free_port
 
 WORKER = Path(__file__).parent / "workers" / "reshard.py"
 
@@ -62,12 +62,6 @@ def test_buckets_are_bounded_and_keep_order() -> None:
     for group in groups:
         size = sum(p.numel() for u in group for p in u.pieces) * 4
         assert size <= bucket_bytes or len(group) == 1  # only a single oversized unit may exceed it
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

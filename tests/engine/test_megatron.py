@@ -6,7 +6,6 @@ rank, exactly as torchrun would start them.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +15,10 @@ import torch
 import transformers
 
 from kuberl.engine.models.arch import LlamaArch
+from kuberl.operator.testing.waiting import free_port
 from kuberl.engine.models.convert import fuse_qkv, hf_to_megatron, megatron_to_hf, split_qkv
 
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_model(kind: str, directory: Path) -> tuple[Path, dict]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from functools import partial
 
 import torch
 import torch.distributed as dist
