@@ -158,7 +158,7 @@ def plan(job: RLJob, uid: str, attempt: int, settings: OperatorSettings = Operat
         },
     ]
     scheduling = job.spec.run_policy.scheduling
-    total_pods = sum(r.replicas or 1 for r in job.spec.roles.present().values() if not getattr(r, "colocate_with", None))
+    total_pods = sum(job.spec.roles.pods().values())
     if scheduling.gang_scheduler == "volcano":
         group: dict[str, Any] = {"minMember": total_pods}
         if scheduling.queue_name:

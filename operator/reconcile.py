@@ -130,7 +130,7 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
         return finish("Succeeded", "Completed", "the actor finished training", delete_jobs=others,
                       events=(("Normal", "Completed", "training finished"),))
 
-    wanted = _wanted_pods(job)
+    wanted = job.spec.roles.pods()
     missing_jobs = len(current) < len(wanted)
     if status.start_time is None:
         status.start_time = now
@@ -158,14 +158,6 @@ def _name(obj: dict[str, Any]) -> str:
 def _attempt(obj: dict[str, Any]) -> int | None:
     value = obj["metadata"].get("labels", {}).get(LABEL_ATTEMPT)
     return int(value) if value is not None and value.isdigit() else None
-
-
-def _wanted_pods(job: RLJob) -> dict[str, int]:
-    return {
-        name: role.replicas or 1
-        for name, role in job.spec.roles.present().items()
-        if not getattr(role, "colocate_with", None)
-    }
 
 
 def _pod_ready(pod: dict[str, Any]) -> bool:

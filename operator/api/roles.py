@@ -194,6 +194,14 @@ class Roles(SpecModel):
         """The roles that are set, by name, actor first."""
         return {name: role for name in ROLE_NAMES if (role := getattr(self, name)) is not None}
 
+    def pods(self) -> dict[str, int]:
+        """Pods of each role that has pods of its own (colocated roles have none), actor first."""
+        return {
+            name: role.replicas or 1
+            for name, role in self.present().items()
+            if not getattr(role, "colocate_with", None)
+        }
+
     def ranks(self, name: RoleName) -> int:
         """The ranks a role computes on: its own, or the actor's when colocated."""
         role = getattr(self, name)
