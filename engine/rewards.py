@@ -1,0 +1,135 @@
+"""Rewards: rule functions by name, a user's Python function, summed with weights.
+
+A reward function is `f(prompt: str, response: str, answer: str | None, **args) -> float`. Rules
+are pure; they run on the controller rank, which owns the decoded text of every response.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .config.reward import RewardSpec
+
+RewardFn = Callable[..., float]
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_number(text: str) -> float | None:
+    """The last number written in `text` ("12 + 7 = 19" -> 19.0), commas as thousands separators."""
+    found = _NUMBER.findall(text)
+    if not found:
+        return None
+    try:
+        return float(found[-1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def math_answer(prompt: str, response: str, answer: str | None, tolerance: float = 1e-6) -> float:
+    """1 when the last number of the response equals the reference answer, else 0.
+
+    The last number, not the first: models tend to restate the question ("12 + 7 = 19").
+    """
+    if answer is None:
+        raise ValueError("math_answer needs a reference answer: set data.answerField")
+    expected = last_number(str(answer))
+    got = last_number(response)
+    if expected is None or got is None:
+        return 0.0
+    return 1.0 if math.isclose(got, expected, rel_tol=0.0, abs_tol=tolerance) else 0.0
+
+
+def format_match(prompt: str, response: str, answer: str | None, pattern: str = r"\s*-?\d+(\.\d+)?\s*") -> float:
+    """1 when the whole response matches `pattern` (default: a number and nothing else), else 0."""
+    return 1.0 if re.fullmatch(pattern, response, flags=re.DOTALL) else 0.0
+
+
+def length_penalty(prompt: str, response: str, answer: str | None, max_chars: int = 256) -> float:
+    """0 up to max_chars characters, then minus the excess as a share of max_chars."""
+    return -max(0, len(response) - max_chars) / max_chars
+
+
+RULES: dict[str, RewardFn] = {"math_answer": math_answer, "format": format_match, "length_penalty": length_penalty}
+
+
+class RewardError(ValueError):
+    """A reward source that cannot be built or called; the message names the field."""
+
+
+def _check_args(field: str, fn: RewardFn, args: dict[str, Any]) -> None:
+    params = inspect.signature(fn).parameters
+    allowed = [name for name in params if name not in ("prompt", "response", "answer")]
+    for key in args:
+        if key not in allowed:
+            raise RewardError(f"{field}.args: {key!r} is not an argument of this rule (allowed: {', '.join(allowed) or 'none'})")
+
+
+def load_python_reward(path: Path, function: str) -> RewardFn:
+    """The function `function` of the Python file `path`."""
+    if not path.is_file():
+        raise RewardError(f"reward.python.path: {path} does not exist")
+    spec = importlib.util.spec_from_file_location(f"kuberl_user_reward_{abs(hash(str(path)))}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: report what broke, where
+        raise RewardError(f"reward.python.path: importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    fn = getattr(module, function, None)
+    if not callable(fn):
+        raise RewardError(f"reward.python.function: {path} has no function {function!r}")
+    return fn
+
+
+@dataclass(frozen=True)
+class WeightedReward:
+    name: str
+    weight: float
+    fn: RewardFn
+    args: dict[str, Any]
+
+
+class Rewarder:
+    """The weighted sum of every configured reward source."""
+
+    def __init__(self, spec: RewardSpec, base_dir: Path = Path(".")):
+        if spec.model is not None:
+            raise RewardError("reward.model: reward-model roles are not implemented by this engine yet; use rules or python")
+        parts: list[WeightedReward] = []
+        for index, rule in enumerate(spec.rules):
+            fn = RULES[rule.name]
+            _check_args(f"reward.rules[{index}]", fn, rule.args)
+            parts.append(WeightedReward(rule.name, rule.weight, fn, dict(rule.args)))
+        if spec.python is not None:
+            path = Path(spec.python.path).expanduser()
+            path = path if path.is_absolute() else base_dir / path
+            parts.append(WeightedReward(f"python:{spec.python.function}", 1.0,
+                                        load_python_reward(path, spec.python.function), {}))
+        self.parts = parts
+
+    def score(self, prompts: Sequence[str], responses: Sequence[str], answers: Sequence[str | None]) -> tuple[list[float], dict[str, float]]:
+        """Per-response rewards and the mean of each source (for metrics)."""
+        totals = [0.0] * len(responses)
+        means: dict[str, float] = {}
+        for part in self.parts:
+            values = []
+            for i, (prompt, response, answer) in enumerate(zip(prompts, responses, answers)):
+                try:
+                    value = float(part.fn(prompt, response, answer, **part.args))
+                except RewardError:
+                    raise
+                except Exception as exc:
+                    raise RewardError(f"reward {part.name} failed on response {i}: {type(exc).__name__}: {exc}") from exc
+                if not math.isfinite(value):
+                    raise RewardError(f"reward {part.name} returned {value} on response {i}: rewards must be finite")
+                values.append(value)
+                totals[i] += part.weight * value
+            means[part.name] = sum(values) / max(1, len(values))
+        return totals, means
