@@ -54,6 +54,33 @@ def _cmd_operator(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .local_run import run_local
+
+    try:
+        return run_local(Path(args.file), run_dir=Path(args.out) if args.out else None,
+                         metrics_port=args.metrics_port, threads=args.threads)
+    except ManifestError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _cmd_smoke(args: argparse.Namespace) -> int:
+    from .smoke import smoke
+
+    return smoke(ranks=args.ranks, keep=args.keep)
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from kuberl.engine.runtime.worker import main as worker_main
+
+    return worker_main()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="RL post-training of LLMs on Kubernetes.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -68,6 +95,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(func=_cmd_validate)
+
+    run = sub.add_parser(
+        "run",
+        help="run an RLJob manifest on this machine (one process per rank, no cluster)",
+        description="Run one RLJob on this machine: every rank is a local process with the environment a pod would get. "
+        "Exit status 0 when every rank finished, 1 when one failed (the reason is printed), 130 on Ctrl-C.",
+    )
+    run.add_argument("file", metavar="FILE", help="the RLJob manifest")
+    run.add_argument("--out", help="run folder for logs, metrics.jsonl and the reward curve (default: runs/<job name>)")
+    run.add_argument("--metrics-port", type=int, help="Prometheus port of rank 0 (default: the job's; 0 disables)")
+    run.add_argument("--threads", type=int, help="CPU threads per rank (default: cores / ranks)")
+    run.set_defaults(func=_cmd_run)
+    smoke = sub.add_parser(
+        "smoke", help="one RL step of a tiny model over local ranks with the hybrid engine on: does everything work?",
+    )
+    smoke.add_argument("--ranks", type=int, default=2, choices=(2, 4), help="local ranks (default 2)")
+    smoke.add_argument("--keep", action="store_true", help="keep the model, logs and metrics it wrote")
+    smoke.set_defaults(func=_cmd_smoke)
+    sub.add_parser(
+        "worker", help="run one rank of a job (the pod command; reads KUBERL_CONFIG, RANK, WORLD_SIZE, MASTER_ADDR, ...)",
+    ).set_defaults(func=_cmd_worker)
 
     op = sub.add_parser(
         "operator",

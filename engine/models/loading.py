@@ -105,6 +105,7 @@ def export_hf_folder(state: dict[str, torch.Tensor], config: dict, out: Path, to
                          "generation_config.json"):
                 if (tokenizer_from / name).is_file():
                     shutil.copy2(tokenizer_from / name, staging / name)
+        staging.chmod(0o755)  # mkdtemp makes it private; an export is meant to be shared
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)

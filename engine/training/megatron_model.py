@@ -45,8 +45,12 @@ def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.d
     )
 
 
-def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0, dtype: torch.dtype = torch.float32):
-    """The GPTModel of one pipeline stage. megatron's parallel_state must already be initialised."""
+def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0, dtype: torch.dtype = torch.float32,
+                    share_embeddings: bool | None = None):
+    """The GPTModel of one pipeline stage. megatron's parallel_state must already be initialised.
+
+    share_embeddings defaults to the architecture's tied embeddings (a critic unties them: its
+    output layer is a value head)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
 
@@ -58,7 +62,7 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pp_rank == 0,
         post_process=pp_rank == pp - 1,
-        share_embeddings_and_output_weights=arch.tie_word_embeddings,
+        share_embeddings_and_output_weights=arch.tie_word_embeddings if share_embeddings is None else share_embeddings,
         position_embedding_type="rope",
         rotary_base=int(arch.rope_theta),
         parallel_output=True,

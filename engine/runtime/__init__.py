@@ -1,0 +1,1 @@
+"""What runs on each rank: world set-up, the policy on megatron-core, checkpoints, metrics and the RL loop."""

@@ -1,0 +1,91 @@
+"""Sharded checkpoints: one file per rank in a step folder that appears under its final name only
+when every rank has written its part. A crash in the middle leaves the previous checkpoint whole.
+
+    <root>/step-00000010/rank-00000.pt ... meta.json      a complete checkpoint
+    <root>/.step-00000012.partial/                        being written (ignored, cleared on the next save)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+_STEP = re.compile(r"^step-(\d{8})$")
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step-{step:08d}"
+
+
+def complete_steps(root: Path) -> list[int]:
+    """Steps with a complete checkpoint, oldest first."""
+    if not root.is_dir():
+        return []
+    steps = []
+    for child in root.iterdir():
+        match = _STEP.match(child.name)
+        if match and (child / "meta.json").is_file():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def _write_atomically(path: Path, write) -> None:
+    part = path.with_name(path.name + ".part")
+    with open(part, "wb") as f:
+        write(f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
+
+
+def save(root: Path, step: int, state: dict[str, Any], keep: int, meta: dict[str, Any] | None = None) -> Path:
+    """Collective: every rank calls it with its own state; returns the step folder."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    final = step_dir(root, step)
+    partial = root / f".{final.name}.partial"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+    dist.barrier()
+    _write_atomically(partial / f"rank-{rank:05d}.pt", lambda f: torch.save(state, f))
+    dist.barrier()
+    if rank == 0:
+        body = json.dumps({"step": step, "world_size": world, "time": time.time(), **(meta or {})}, indent=2).encode()
+        _write_atomically(partial / "meta.json", lambda f: f.write(body))
+        if final.exists():  # the same step saved again (a resumed run): replace it whole
+            shutil.rmtree(final)
+        os.replace(partial, final)
+        for old in complete_steps(root)[:-keep]:
+            shutil.rmtree(step_dir(root, old), ignore_errors=True)
+    dist.barrier()
+    return final
+
+
+def load(root: Path, step: int) -> dict[str, Any]:
+    folder = step_dir(root, step)
+    meta = json.loads((folder / "meta.json").read_text())
+    if meta["world_size"] != dist.get_world_size():
+        raise RuntimeError(f"{folder} was written by {meta['world_size']} ranks; this run has {dist.get_world_size()}: "
+                           "resume needs the same layout")
+    return torch.load(folder / f"rank-{dist.get_rank():05d}.pt", weights_only=False)
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])

@@ -1,0 +1,102 @@
+"""What a run reports: Prometheus gauges on the controller rank, the same numbers in a JSONL log,
+a progress bar on the console, and the reward curve as a PNG."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+log = logging.getLogger("kuberl.engine")
+
+# name -> (help, key in a step's record)
+GAUGES: dict[str, tuple[str, str]] = {
+    "kuberl_step": ("RL steps completed", "step"),
+    "kuberl_reward_mean": ("Mean reward of the last step's responses", "reward_mean"),
+    "kuberl_kl": ("Mean per-token KL to the reference policy in the last step", "kl"),
+    "kuberl_policy_loss": ("Policy loss of the last step", "policy_loss"),
+    "kuberl_entropy": ("Mean per-token entropy of the policy in the last step", "entropy"),
+    "kuberl_response_length_mean": ("Mean response length in tokens in the last step", "response_length_mean"),
+    "kuberl_rollout_tokens_per_second": ("Generated tokens per second in the last step's rollout", "rollout_tokens_per_second"),
+    "kuberl_reshard_seconds": ("Seconds of the last training-to-generation switch", "reshard_seconds"),
+    "kuberl_validation_reward_mean": ("Mean reward of greedy responses on the validation set", "validation_reward_mean"),
+}
+PHASES = ("reshard", "rollout", "reward", "reference", "values", "advantages", "train", "checkpoint", "validation")
+
+
+class RunMetrics:
+    """Owns its registry (no process-global state); serves /metrics when given a port."""
+
+    def __init__(self, job: str, port: int | None, jsonl: Path | None):
+        from prometheus_client import CollectorRegistry, Counter, Gauge
+
+        self.registry = CollectorRegistry()
+        labels = {"rljob": job}
+        self.gauges = {name: Gauge(name, help_, ["rljob"], registry=self.registry).labels(**labels)
+                       for name, (help_, _) in GAUGES.items()}
+        self.reshard_bytes = Counter("kuberl_reshard_bytes", "Bytes received by the controller rank in weight switches",
+                                     ["rljob"], registry=self.registry).labels(**labels)
+        phase = Gauge("kuberl_phase_seconds", "Seconds the last step spent in each phase", ["rljob", "phase"], registry=self.registry)
+        self.phases = {p: phase.labels(rljob=job, phase=p) for p in PHASES}
+        self.jsonl = jsonl
+        self.server = None
+        if port is not None:
+            from prometheus_client import start_http_server
+
+            self.server, _ = start_http_server(port, registry=self.registry)
+            log.info("metrics on http://0.0.0.0:%d/metrics", port)
+        if jsonl is not None:
+            jsonl.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(self, record: Mapping[str, Any]) -> None:
+        for name, (_, key) in GAUGES.items():
+            value = record.get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.gauges[name].set(value)
+        self.reshard_bytes.inc(record.get("reshard_bytes", 0))
+        for p, seconds in record.get("phase_seconds", {}).items():
+            if p in self.phases:
+                self.phases[p].set(seconds)
+        if self.jsonl is not None:
+            with self.jsonl.open("a") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_rewards(records: list[dict[str, Any]], out: Path, title: str) -> Path:
+    """Reward per step (and greedy validation reward where measured) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    train = [(r["step"], r["reward_mean"]) for r in records if r.get("reward_mean") is not None]
+    if train:
+        ax.plot(*zip(*train), label="training reward (sampled)", color="tab:blue", alpha=0.6)
+        window = 5
+        smooth = [sum(v for _, v in train[max(0, i - window + 1):i + 1]) / len(train[max(0, i - window + 1):i + 1])
+                  for i in range(len(train))]
+        ax.plot([s for s, _ in train], smooth, label=f"training reward ({window}-step mean)", color="tab:blue")
+    val = [(r["step"], r["validation_reward_mean"]) for r in records if r.get("validation_reward_mean") is not None]
+    if val:
+        ax.plot(*zip(*val), "o-", label="validation reward (greedy)", color="tab:orange")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -1,0 +1,260 @@
+"""A causal LM (or a critic: the same body with a value head) on megatron-core, as one rank sees it.
+
+It computes per-token log-probs or values of packed sequences through megatron-core's pipeline
+schedule, and takes optimizer steps with Megatron's DDP and distributed optimizer. Results of the
+last pipeline stage are broadcast to the other stages, so every rank of the model sees them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..config.trainer import OptimizerSpec
+from ..models.arch import LlamaArch
+from ..models.convert import hf_to_megatron
+from ..training.megatron_model import build_gpt_model, causal_mask
+from .sequences import SeqBatch, response_positions, response_tokens
+
+# loss(output of the last stage at the response positions: logits [b, R, v/tp] or values [b, R], micro-batch) -> (loss, stats)
+LossFn = Callable[[torch.Tensor, SeqBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+class ValueHead(torch.nn.Module):
+    """A critic's output layer: hidden state -> one value. Replicated on every TP rank."""
+
+    def __init__(self, hidden: int, dtype: torch.dtype):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1, hidden, dtype=dtype))
+
+    def forward(self, hidden_states: torch.Tensor, weight: Any = None, runtime_gather_output: Any = None):
+        return F.linear(hidden_states, self.weight), None
+
+
+def response_logprobs_from_logits(logits: torch.Tensor, batch: SeqBatch) -> torch.Tensor:
+    """[b, R] log-prob of each response token under vocab-parallel logits [b, R, v/tp] (0 outside the mask)."""
+    from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+    x = logits.float()
+    if x is logits:
+        # megatron's cross entropy overwrites its input with exp(logits) to save memory; the caller
+        # may still need the logits (the entropy term).
+        x = x.clone()
+    return -vocab_parallel_cross_entropy(x, response_tokens(batch)) * batch.mask
+
+
+def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> None:
+    """Make the output layer (LM head or value head) compute only the response positions.
+
+    Log-probs and values are needed there and nowhere else; the prompt's positions through a
+    49k-word head are a large share of a small model's FLOPs. The layer keeps its name and weights
+    (checkpoints and the hybrid engine see the same state); only its forward selects rows first.
+    """
+    original = layer.forward
+
+    def forward(hidden_states: torch.Tensor, *args, **kwargs):
+        index = place.positions  # [R, b], set by the schedule for the micro-batch being computed
+        rows = hidden_states.gather(0, index[..., None].expand(*index.shape, hidden_states.shape[-1]))
+        return original(rows, *args, **kwargs)
+
+    layer.forward = forward
+
+
+def vocab_parallel_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy over a vocabulary split across the TP group; differentiable."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel.mappings import reduce_from_tensor_model_parallel_region
+
+    x = logits.float()
+    top = x.max(-1, keepdim=True).values.detach()
+    if ps.get_tensor_model_parallel_world_size() > 1:
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=ps.get_tensor_model_parallel_group())
+    x = x - top
+    e = x.exp()
+    z = reduce_from_tensor_model_parallel_region(e.sum(-1))
+    ex = reduce_from_tensor_model_parallel_region((e * x).sum(-1))
+    return z.log() - ex / z
+
+
+def learning_rate(spec: OptimizerSpec, step: int, total_steps: int) -> float:
+    """The learning rate of update `step` (0-based): linear warm-up, then constant, cosine or linear decay to 0."""
+    if spec.warmup_steps and step < spec.warmup_steps:
+        return spec.lr * (step + 1) / spec.warmup_steps
+    if spec.schedule == "constant":
+        return spec.lr
+    progress = min(1.0, (step - spec.warmup_steps) / max(1, total_steps - spec.warmup_steps))
+    if spec.schedule == "cosine":
+        return spec.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return spec.lr * (1.0 - progress)
+
+
+@dataclass(frozen=True)
+class ModelPlace:
+    tp: int
+    pp: int
+    tp_rank: int
+    pp_rank: int
+    dp_rank: int
+    dp_size: int
+
+
+def model_place() -> ModelPlace:
+    from megatron.core import parallel_state as ps
+
+    return ModelPlace(ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
+                      ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(),
+                      ps.get_data_parallel_rank(), ps.get_data_parallel_world_size())
+
+
+class MegatronLM:
+    """One rank's shard of a policy, reference policy or critic."""
+
+    def __init__(self, arch: LlamaArch, hf_state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
+                 optimizer: OptimizerSpec | None = None, value_head: bool = False):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+
+        self.arch, self.place, self.value_head = arch, model_place(), value_head
+        place = self.place
+        tied = arch.tie_word_embeddings and not value_head
+        module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied)
+        shard = hf_to_megatron(hf_state, arch, place.tp_rank, place.tp, place.pp_rank, place.pp)
+        if value_head:
+            shard.pop("output_layer.weight", None)
+            if place.pp_rank == place.pp - 1:
+                module.output_layer = ValueHead(arch.hidden_size, dtype)
+        self.positions: torch.Tensor | None = None
+        if place.pp_rank == place.pp - 1:
+            _only_response_positions(module.output_layer, self)
+        missing, unexpected = module.load_state_dict(shard, strict=False)
+        missing = [k for k in missing if not k.endswith("_extra_state") and not (value_head and k == "output_layer.weight")]
+        if missing or unexpected:
+            raise RuntimeError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        module.config.batch_p2p_comm = False  # gloo has no batched isend/irecv
+        self.trainable = optimizer is not None
+        if not self.trainable:
+            module.requires_grad_(False)
+            self.model, self.module, self.optimizer = module, module, None
+            return
+        self.model = DistributedDataParallel(
+            config=module.config,
+            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+                                                     average_in_collective=True, use_distributed_optimizer=True),
+            module=module,
+        )
+        self.model.config.no_sync_func = self.model.no_sync
+        self.model.config.finalize_model_grads_func = finalize_model_grads
+        self.module = module
+        self.optimizer = _megatron_optimizer(optimizer, self.model, dtype)
+        self.optimizer_spec = optimizer
+
+    # -- computing ------------------------------------------------------------------------------
+
+    def _schedule(self, batches: list[SeqBatch], loss_fn: LossFn, forward_only: bool) -> list[dict[str, torch.Tensor]]:
+        from megatron.core import parallel_state as ps
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        seq = batches[0].input_ids.shape[1]
+        size = batches[0].input_ids.shape[0]
+        value_head = self.value_head
+
+        def forward_step(data_iterator, model):
+            mb = next(data_iterator)
+            self.positions = response_positions(mb).T.contiguous()
+            positions = torch.arange(seq).unsqueeze(0).expand(mb.input_ids.shape[0], seq)
+            output = model(mb.input_ids, positions, causal_mask(seq), labels=None)
+            if value_head and ps.is_pipeline_last_stage():
+                output = output.squeeze(-1)
+            return output, lambda out: loss_fn(out, mb)
+
+        results = get_forward_backward_func()(
+            forward_step_func=forward_step, data_iterator=iter(batches), model=[self.model],
+            num_microbatches=len(batches), seq_length=seq, micro_batch_size=size, forward_only=forward_only,
+        )
+        if self.place.pp > 1:
+            # Only the last stage computed the results; the other stages of the pipeline get a copy.
+            holder = [results if ps.is_pipeline_last_stage() else None]
+            last = ps.get_pipeline_model_parallel_last_rank()
+            dist.broadcast_object_list(holder, src=last, group=ps.get_pipeline_model_parallel_group())
+            results = holder[0]
+        return results
+
+    @torch.no_grad()
+    def response_logprobs(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
+        """Per micro-batch, [b, R] log-probs of the response tokens (0 outside the mask)."""
+        def collect(logits: torch.Tensor, mb: SeqBatch):
+            return logits.sum() * 0, {"out": response_logprobs_from_logits(logits, mb)}
+
+        self.model.eval()
+        return [r["out"] for r in self._schedule(batches, collect, forward_only=True)]
+
+    @torch.no_grad()
+    def response_values(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
+        """Critic: per micro-batch, [b, R] value of the state before each response token."""
+        def collect(values: torch.Tensor, mb: SeqBatch):
+            return values.sum() * 0, {"out": values.float() * mb.mask}
+
+        self.model.eval()
+        return [r["out"] for r in self._schedule(batches, collect, forward_only=True)]
+
+    def train_step(self, batches: list[SeqBatch], loss_fn: LossFn, lr: float) -> dict[str, float]:
+        """One optimizer update over the micro-batches (gradients accumulate over them and average over DP)."""
+        assert self.optimizer is not None, "a frozen model cannot train"
+        self.model.train()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        results = self._schedule(batches, loss_fn, forward_only=False)
+        ok, grad_norm, _ = self.optimizer.step()
+        stats = _mean_stats(results)
+        stats["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+        stats["update_skipped"] = 0.0 if ok else 1.0
+        return stats
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def megatron_state(self) -> dict[str, torch.Tensor]:
+        """This rank's weights by Megatron name (what the hybrid engine streams)."""
+        return {k: v for k, v in self.module.state_dict().items() if not k.endswith("_extra_state")}
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"model": self.megatron_state()}
+        if self.optimizer is not None:
+            state["optimizer"] = [
+                {"common": opt.state_dict(), "params": opt.get_parameter_state_dp_reshardable()}
+                for opt in self.optimizer.chained_optimizers
+            ]
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        with torch.no_grad():
+            missing, unexpected = self.module.load_state_dict(state["model"], strict=False)
+        if unexpected or [k for k in missing if not k.endswith("_extra_state")]:
+            raise RuntimeError(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        if self.optimizer is not None:
+            for opt, saved in zip(self.optimizer.chained_optimizers, state["optimizer"], strict=True):
+                opt.load_state_dict(saved["common"])
+                opt.load_parameter_state_from_dp_reshardable(saved["params"])
+
+
+def _megatron_optimizer(spec: OptimizerSpec, model, dtype: torch.dtype):
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+    return get_megatron_optimizer(
+        OptimizerConfig(optimizer="sgd" if spec.name == "sgd" else "adam", lr=spec.lr, weight_decay=spec.weight_decay,
+                        adam_beta1=spec.beta1, adam_beta2=spec.beta2, adam_eps=spec.eps, clip_grad=spec.grad_clip,
+                        bf16=dtype == torch.bfloat16, use_distributed_optimizer=True),
+        [model],
+    )
+
+
+def _mean_stats(results: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    if not results:
+        return {}
+    keys = results[0].keys()
+    return {k: float(torch.stack([torch.as_tensor(r[k]).float() for r in results]).mean()) for k in keys}

@@ -1,0 +1,506 @@
+"""The RL loop of one job, as every rank runs it.
+
+All ranks run this same program (SPMD); rank 0 is the controller: it scores responses, logs,
+serves metrics and writes progress. One step follows DESIGN.md's data flow:
+
+    switch weights into vLLM -> generate (prompts split over the actor's ranks) -> gather
+    -> rewards (controller, broadcast) -> reference log-probs, critic values (split over DP)
+    -> advantages (pure, same on every rank) -> updates of actor and critic (split over DP)
+    -> metrics, checkpoint
+
+Roles run colocated on the actor's ranks: the reference policy and the critic are further
+Megatron models in the same layout.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+
+from .. import algorithms as A
+from ..config.algorithm import GROUP_BASELINE_ALGORITHMS
+from ..config.topology import EngineConfig
+from ..data import Example, PromptEncoder, PromptLoader, load_examples
+from ..models.arch import LlamaArch
+from ..models.loading import export_hf_folder, read_hf_config, read_hf_state_dict
+from . import checkpoint as ckpt
+from .metrics import RunMetrics, plot_rewards, read_jsonl
+from .policy import MegatronLM, learning_rate, response_logprobs_from_logits, vocab_parallel_entropy
+from .resolve import model_folder
+from .sequences import SeqBatch, micro_batches, pack, shard_rows
+
+log = logging.getLogger("kuberl.engine")
+
+
+class ConfigError(ValueError):
+    """The job asks for something this engine cannot do; the message names the field."""
+
+
+@dataclass
+class Timer:
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
+
+
+def check_supported(config: EngineConfig) -> None:
+    """What this engine runs today; refused up front with the field named."""
+    for role, topo in config.roles.items():
+        if role != "actor" and topo.colocated_with is None:
+            raise ConfigError(f"roles.{role}: a role on its own ranks is not supported by this engine yet; "
+                              f"set roles.{role}.colocateWith: actor")
+    if config.reward is not None and config.reward.model is not None:
+        raise ConfigError("reward.model: reward-model roles are not supported by this engine yet; use rules or python")
+    actor = config.roles["actor"]
+    if actor.rollout_tp != 1:
+        raise ConfigError("roles.actor.layout.rolloutTp: only 1 is supported by this engine yet")
+    if config.world_size != actor.ranks:
+        raise ConfigError(f"the world has {config.world_size} ranks but the actor has {actor.ranks}: only colocated roles are supported")
+    if config.algorithm.name in GROUP_BASELINE_ALGORITHMS and (config.rollout is None or config.rollout.samples_per_prompt < 2):
+        raise ConfigError(f"rollout.samplesPerPrompt: {config.algorithm.name} needs at least 2 samples per prompt")
+    if config.algorithm.name != "dpo" and config.reward is None:
+        raise ConfigError("reward: a reward source is required for on-policy algorithms")
+
+
+class RLRun:
+    """One rank's part of a job: models, rollout engine, data, and the step loop."""
+
+    def __init__(self, config: EngineConfig, run_dir: Path, base_dir: Path = Path(".")):
+        from megatron.core import parallel_state as ps
+
+        from ..hybrid.reshard import Resharder
+        from .world import model_parallel_ranks
+
+        check_supported(config)
+        self.config, self.run_dir = config, run_dir
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.is_controller = self.rank == 0
+        trainer, algorithm = config.trainer, config.algorithm
+        self.dpo = algorithm.name == "dpo"
+
+        folder = model_folder(config.model, base_dir)
+        self.folder = folder
+        self.hf_config = read_hf_config(folder)
+        self.arch = LlamaArch.from_hf_config(self.hf_config)
+        from transformers import AutoTokenizer
+
+        tok_source = model_folder(config.tokenizer, base_dir) if config.tokenizer and config.tokenizer.source() else folder
+        self.tokenizer = AutoTokenizer.from_pretrained(tok_source)
+        if config.tokenizer and config.tokenizer.chat_template:
+            self.tokenizer.chat_template = config.tokenizer.chat_template
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        self.dtype = _dtype(config.model.dtype)
+
+        # Data before models: a bad record fails the run in seconds, not after the models load.
+        # Every rank reads the same examples and walks the same seeded order.
+        data = config.data
+        self.encoder = PromptEncoder(self.tokenizer, data)
+        self.train_examples = load_examples(data.train, data, base_dir, preferences=self.dpo)
+        self.validation = load_examples(data.validation, data, base_dir) if data.validation and not self.dpo else []
+        for example in self.train_examples + self.validation:
+            self.encoder.encode(example)  # too long, or not renderable: refused now, with file:line
+        self.loader = PromptLoader(self.train_examples, trainer.prompts_per_step, trainer.seed, data.shuffle)
+        self.total_steps = trainer.total_steps or trainer.total_epochs * self.loader.steps_per_epoch
+
+        hf_state = read_hf_state_dict(folder)
+        self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer)
+        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype) if algorithm.needs_reference else None
+        self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True) \
+            if algorithm.needs_critic else None
+        del hf_state
+        self.dp_rank, self.dp_size = self.actor.place.dp_rank, self.actor.place.dp_size
+
+        self.rewarder = None
+        if self.is_controller and config.reward is not None and not self.dpo:
+            from ..rewards import Rewarder
+
+            self.rewarder = Rewarder(config.reward, base_dir)
+
+        self.rollout = self.resharder = None
+        if not self.dpo:
+            from ..rollout.vllm_backend import VLLMRollout
+
+            spec = config.rollout
+            assert spec is not None
+            self.rollout = VLLMRollout(folder, dtype=_vllm_dtype(self.dtype), seed=trainer.seed + self.rank,
+                                       max_model_len=data.max_prompt_length + spec.max_new_tokens,
+                                       kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
+                                       skip_tokenizer_init=True)
+            place = self.actor.place
+            self.resharder = Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
+                                       ps.get_model_parallel_group(), dtype=self.dtype)
+
+        self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
+        self.checkpoints = Path(trainer.checkpoint.path).expanduser()
+        if not self.checkpoints.is_absolute():
+            self.checkpoints = base_dir / self.checkpoints
+        self.step = 0
+        self.updates = 0
+        self.reshard_total = {"seconds": 0.0, "step_seconds": 0.0}
+        self._resume()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        steps = ckpt.complete_steps(self.checkpoints)
+        if not steps:
+            return
+        state = ckpt.load(self.checkpoints, steps[-1])
+        self.actor.load_state_dict(state["actor"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        self.loader.load_state_dict(state["loader"])
+        self.step, self.updates = state["step"], state["updates"]
+        ckpt.set_rng_state(state["rng"])
+        if self.is_controller:
+            log.info("resumed from %s (step %d)", ckpt.step_dir(self.checkpoints, self.step), self.step)
+
+    def save(self) -> Path:
+        state = {"actor": self.actor.state_dict(), "loader": self.loader.state_dict(), "step": self.step,
+                 "updates": self.updates, "rng": ckpt.rng_state()}
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        return ckpt.save(self.checkpoints, self.step, state, keep=self.config.trainer.checkpoint.keep,
+                         meta={"job": self.config.job, "algorithm": self.config.algorithm.name})
+
+    def run(self, progress=None) -> dict[str, Any]:
+        """Train to the last step; returns the controller's last record (empty on other ranks)."""
+        trainer = self.config.trainer
+        last: dict[str, Any] = {}
+        if self.step == 0 and self.validation and trainer.validation_interval:
+            last = self._validate_record()
+            self._publish(last)
+        while self.step < self.total_steps:
+            timer = Timer()
+            record = self.dpo_step(timer) if self.dpo else self.rl_step(timer)
+            self.step += 1
+            if self.validation and trainer.validation_interval and (self.step % trainer.validation_interval == 0 or self.step == self.total_steps):
+                with timer("validation"):
+                    record.update(self._validate())
+            if self.step % trainer.checkpoint.interval == 0 or self.step == self.total_steps:
+                with timer("checkpoint"):
+                    folder = self.save()
+                record["checkpoint"] = str(folder)
+            record["step"] = self.step
+            record["phase_seconds"] = dict(timer.seconds)
+            record["step_seconds"] = sum(timer.seconds.values())
+            self.reshard_total["seconds"] += timer.seconds.get("reshard", 0.0)
+            self.reshard_total["step_seconds"] += record["step_seconds"]
+            record["reshard_share"] = timer.seconds.get("reshard", 0.0) / max(record["step_seconds"], 1e-9)
+            self._publish(record)
+            if progress is not None and self.is_controller:
+                progress(record)
+            last = record
+        if trainer.export_path:
+            self.export(Path(trainer.export_path).expanduser())
+        if self.is_controller and self.metrics is not None and self.metrics.jsonl and self.metrics.jsonl.exists():
+            plot_rewards(read_jsonl(self.metrics.jsonl), self.run_dir / "reward_curve.png", f"{self.config.job} ({self.config.algorithm.name})")
+        return last
+
+    def _publish(self, record: dict[str, Any]) -> None:
+        if self.metrics is not None:
+            self.metrics.record(record)
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+
+    # -- the switch ---------------------------------------------------------------------------------
+
+    def switch_to_rollout(self) -> dict[str, float]:
+        """Stream the actor's current weights into this rank's vLLM replica."""
+        assert self.rollout is not None and self.resharder is not None
+        self.rollout.update_weights(self.resharder.stream(self.actor.megatron_state()))
+        stats = self.resharder.stats.history[-1]
+        return {"reshard_seconds": stats["seconds"], "reshard_bytes": stats["bytes_received"]}
+
+    def _generate(self, prompts: list[list[int]], sampling, seed: int) -> list[tuple[int, list[int], list[float]]]:
+        """Generate on every rank for its share of prompts; every rank gets all completions in prompt order."""
+        mine = shard_rows(len(prompts), self.rank, self.world)
+        # vLLM samples from torch's global generator: seeding it per step and rank makes a resumed
+        # run draw the same samples as an uninterrupted one.
+        torch.manual_seed(seed)
+        completions = self.rollout.generate([prompts[i] for i in mine], sampling) if len(mine) else []
+        local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions]
+        gathered: list = [None] * self.world
+        dist.all_gather_object(gathered, local)
+        return [item for part in gathered for item in part]
+
+    # -- one step -----------------------------------------------------------------------------------
+
+    def rl_step(self, timer: Timer) -> dict[str, Any]:
+        from ..rollout.vllm_backend import Sampling
+
+        cfg, spec, algorithm = self.config, self.config.rollout, self.config.algorithm
+        examples = self.loader.next_batch()
+        prompts = [self.encoder.encode(e) for e in examples]
+        record: dict[str, Any] = {"lr": learning_rate(cfg.trainer.optimizer, self.updates, self._total_updates())}
+
+        with timer("reshard"):
+            record.update(self.switch_to_rollout())
+        sampling = Sampling(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
+                            top_k=spec.top_k, n=spec.samples_per_prompt, stop_token_ids=self._stop_ids())
+        with timer("rollout"):
+            completions = self._generate(prompts, sampling, seed=cfg.trainer.seed * 1_000_003 + self.step * 1009 + self.rank)
+        tokens = sum(len(c[1]) for c in completions)
+        record["rollout_tokens_per_second"] = tokens / max(timer.seconds["rollout"], 1e-9)
+        record["response_length_mean"] = tokens / max(1, len(completions))
+
+        with timer("reward"):
+            scores, reward_parts = self._score(examples, completions)
+        record["reward_mean"] = float(scores.mean())
+        record.update({f"reward/{k}": v for k, v in reward_parts.items()})
+
+        seq_prompts = [prompts[i] for i, _, _ in completions]
+        group = torch.tensor([i for i, _, _ in completions])
+        batch = pack(seq_prompts, [c[1] for c in completions], self.pad_id)
+        R = batch.mask.shape[1]
+        batch.old_logprobs = _pad_rows([c[2] for c in completions], R)
+
+        if self.ref is not None:
+            with timer("reference"):
+                batch.ref_logprobs = self._all_rows(self.ref.response_logprobs, batch)
+        if self.critic is not None:
+            with timer("values"):
+                batch.old_values = self._all_rows(self.critic.response_values, batch)
+
+        with timer("advantages"):
+            kl = None
+            if batch.ref_logprobs is not None:
+                kl = A.kl_estimate(batch.old_logprobs, batch.ref_logprobs, algorithm.kl_estimator) * batch.mask
+                record["kl"] = float(A.masked_mean(kl, batch.mask))
+            batch.advantages, batch.returns = self._advantages(scores, group, batch, kl)
+
+        with timer("train"):
+            record.update(self._update(batch))
+        return record
+
+    def _score(self, examples: list[Example], completions) -> tuple[torch.Tensor, dict[str, float]]:
+        holder: list[Any] = [None]
+        if self.is_controller:
+            texts = self.tokenizer.batch_decode([c[1] for c in completions], skip_special_tokens=True)
+            prompts = [self.encoder.text(examples[i]) for i, _, _ in completions]
+            answers = [examples[i].answer for i, _, _ in completions]
+            holder[0] = self.rewarder.score(prompts, texts, answers)
+        dist.broadcast_object_list(holder, src=0)
+        scores, parts = holder[0]
+        return torch.tensor(scores, dtype=torch.float32), parts
+
+    def _advantages(self, scores: torch.Tensor, group: torch.Tensor, batch: SeqBatch, kl: torch.Tensor | None):
+        algorithm, mask = self.config.algorithm, batch.mask
+        kl_reward = kl is not None and algorithm.kl_in_reward
+        name = algorithm.name
+        if name == "ppo":
+            rewards = A.last_token_rewards(scores, mask)
+            if kl_reward:
+                rewards = rewards - algorithm.kl_coef * kl
+            gae = algorithm.ppo.gae if algorithm.ppo else None
+            return A.gae(rewards, batch.old_values, mask, gae.gamma if gae else 1.0, gae.lam if gae else 0.95)
+        if name == "reinforce_pp":
+            baseline = algorithm.reinforce_pp is None or algorithm.reinforce_pp.baseline
+            centred = scores - A._group_stats(scores, group)[0] if baseline else scores
+            rewards = A.last_token_rewards(centred, mask)
+            if kl_reward:
+                rewards = rewards - algorithm.kl_coef * kl
+            return A.reinforce_pp_advantages(rewards, mask), None
+        if name == "grpo":
+            normalize = algorithm.grpo is None or algorithm.grpo.normalize_by_std
+            per_seq = A.grpo_advantages(scores, group, normalize_by_std=normalize)
+        elif name == "rloo":
+            per_seq = A.rloo_advantages(scores, group)
+        else:
+            raise ConfigError(f"algorithm.name: {name} has no advantage estimator")
+        return A.broadcast_to_tokens(per_seq, mask), None
+
+    def _update(self, batch: SeqBatch) -> dict[str, float]:
+        """Mini-batch updates of the actor (and critic) over this step's sequences, split over DP."""
+        trainer, algorithm = self.config.trainer, self.config.algorithm
+        size = trainer.mini_batch_size or len(batch)
+        stats: list[dict[str, float]] = []
+        policy_loss = self._policy_loss_fn()
+        for _ in range(algorithm.update_epochs):
+            for start in range(0, len(batch), size):
+                mini = batch.select(slice(start, min(start + size, len(batch))))
+                mine = mini.select(shard_rows(len(mini), self.dp_rank, self.dp_size))
+                mbs = micro_batches(mine, trainer.micro_batch_size)
+                lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
+                step_stats = self.actor.train_step(mbs, policy_loss, lr)
+                if self.critic is not None:
+                    critic_stats = self.critic.train_step(mbs, self._value_loss_fn(), lr)
+                    step_stats.update({f"critic/{k}": v for k, v in critic_stats.items()})
+                self.updates += 1
+                stats.append(step_stats)
+        return _mean_over_world({k: sum(s[k] for s in stats) / len(stats) for k in stats[0]})
+
+    def _policy_loss_fn(self):
+        algorithm = self.config.algorithm
+        kl_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward and algorithm.name != "dpo"
+
+        def loss_fn(logits: torch.Tensor, mb: SeqBatch):
+            logp = response_logprobs_from_logits(logits, mb)
+            loss, st = A.policy_loss(logp, mb.old_logprobs, mb.advantages, mb.mask, algorithm.clip_ratio,
+                                     algorithm.clip_ratio_high, algorithm.loss_aggregation)
+            stats = {"policy_loss": loss.detach(), **st}
+            if kl_loss:
+                kl = A.kl_estimate(logp, mb.ref_logprobs, algorithm.kl_estimator)
+                kl_term = A.aggregate(kl, mb.mask, algorithm.loss_aggregation)
+                loss = loss + algorithm.kl_coef * kl_term
+                stats["kl_loss"] = kl_term.detach()
+            want_grad = algorithm.entropy_coef > 0
+            with torch.set_grad_enabled(want_grad and torch.is_grad_enabled()):
+                entropy = vocab_parallel_entropy(logits) * mb.mask
+                ent = A.aggregate(entropy, mb.mask, algorithm.loss_aggregation)
+            if want_grad:
+                loss = loss - algorithm.entropy_coef * ent
+            stats["entropy"] = ent.detach()
+            return loss, stats
+
+        return loss_fn
+
+    def _value_loss_fn(self):
+        algorithm = self.config.algorithm
+        ppo = algorithm.ppo
+
+        def loss_fn(values: torch.Tensor, mb: SeqBatch):
+            v = values.float() * mb.mask
+            loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, ppo.value_clip if ppo else 0.2, algorithm.loss_aggregation)
+            return loss * (ppo.value_loss_coef if ppo else 0.5), {"value_loss": loss.detach()}
+
+        return loss_fn
+
+    def dpo_step(self, timer: Timer) -> dict[str, Any]:
+        trainer, algorithm = self.config.trainer, self.config.algorithm
+        beta = algorithm.dpo.beta if algorithm.dpo else 0.1
+        smoothing = algorithm.dpo.label_smoothing if algorithm.dpo else 0.0
+        examples = self.loader.next_batch()
+        eos = self.tokenizer.eos_token_id
+        prompts, responses = [], []
+        for e in examples:  # rows alternate: chosen, rejected of the same pair
+            p = self.encoder.encode(e)
+            for text in (e.chosen, e.rejected):
+                prompts.append(p)
+                responses.append(self.tokenizer.encode(text, add_special_tokens=False) + ([eos] if eos is not None else []))
+        batch = pack(prompts, responses, self.pad_id)
+        with timer("reference"):
+            ref = self._all_rows(self.ref.response_logprobs, batch)
+        batch.ref_logprobs = ref
+        pairs = len(examples)
+        mine_pairs = shard_rows(pairs, self.dp_rank, self.dp_size)
+        rows = [r for p in mine_pairs for r in (2 * p, 2 * p + 1)]
+        mine = batch.select(rows)
+        micro = max(2, trainer.micro_batch_size - trainer.micro_batch_size % 2)
+
+        def loss_fn(logits: torch.Tensor, mb: SeqBatch):
+            seq = response_logprobs_from_logits(logits, mb).sum(-1)
+            ref_seq = (mb.ref_logprobs * mb.mask).sum(-1)
+            loss, st = A.dpo_loss(seq[0::2], seq[1::2], ref_seq[0::2], ref_seq[1::2], beta, smoothing)
+            return loss, {"dpo_loss": loss.detach(), **st}
+
+        with timer("train"):
+            lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
+            stats = self.actor.train_step(micro_batches(mine, micro), loss_fn, lr)
+            self.updates += 1
+        return {"lr": lr, **_mean_over_world(stats)}
+
+    # -- validation and export -----------------------------------------------------------------------
+
+    def _validate(self) -> dict[str, float]:
+        from ..rollout.vllm_backend import Sampling
+
+        self.switch_to_rollout()
+        prompts = [self.encoder.encode(e) for e in self.validation]
+        greedy = Sampling(max_new_tokens=self.config.rollout.max_new_tokens, temperature=0.0, stop_token_ids=self._stop_ids())
+        completions = self._generate(prompts, greedy, seed=0)
+        scores, _ = self._score(self.validation, completions)
+        return {"validation_reward_mean": float(scores.mean())}
+
+    def _validate_record(self) -> dict[str, Any]:
+        return {"step": self.step, **self._validate()}
+
+    def export(self, out: Path) -> None:
+        """Write the current policy as a Hugging Face folder (controller rank)."""
+        # The switch's gather gives every rank of a model-parallel group the full model.
+        if self.resharder is not None:
+            full = dict(self.resharder.stream(self.actor.megatron_state()))
+        else:
+            full = self._gather_full_model()
+        if self.is_controller:
+            export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)
+            log.info("exported the policy to %s", out)
+        dist.barrier()
+
+    def _gather_full_model(self) -> dict[str, torch.Tensor]:
+        from megatron.core import parallel_state as ps
+
+        from ..hybrid.reshard import Resharder
+        from .world import model_parallel_ranks
+
+        place = self.actor.place
+        resharder = Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
+                              ps.get_model_parallel_group(), dtype=self.dtype)
+        return dict(resharder.stream(self.actor.megatron_state()))
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _stop_ids(self) -> tuple[int, ...]:
+        ids = {self.tokenizer.eos_token_id}
+        if self.tokenizer.pad_token_id is not None:
+            ids.add(self.tokenizer.pad_token_id)
+        return tuple(sorted(i for i in ids if i is not None))
+
+    def _total_updates(self) -> int:
+        trainer, algorithm = self.config.trainer, self.config.algorithm
+        if self.dpo:
+            return self.total_steps
+        per_step = trainer.prompts_per_step * (self.config.rollout.samples_per_prompt if self.config.rollout else 1)
+        minis = math.ceil(per_step / (trainer.mini_batch_size or per_step))
+        return self.total_steps * minis * algorithm.update_epochs
+
+    def _all_rows(self, compute, batch: SeqBatch) -> torch.Tensor:
+        """Run `compute` (a per-micro-batch forward) on this DP rank's rows; every rank gets all rows."""
+        rows = shard_rows(len(batch), self.dp_rank, self.dp_size)
+        mine = batch.select(rows)
+        parts = compute(micro_batches(mine, self.config.trainer.micro_batch_size)) if len(mine) else []
+        local = torch.cat(parts) if parts else torch.zeros(0, batch.mask.shape[1])
+        from megatron.core import parallel_state as ps
+
+        gathered: list = [None] * self.dp_size
+        dist.all_gather_object(gathered, local, group=ps.get_data_parallel_group())
+        return torch.cat(gathered)
+
+
+def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros(len(rows), width)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
+def _mean_over_world(stats: dict[str, float]) -> dict[str, float]:
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, stats)
+    return {k: sum(g[k] for g in gathered) / len(gathered) for k in stats}
+
+
+def _dtype(name: str) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _vllm_dtype(dtype: torch.dtype) -> str:
+    return {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype]

@@ -1,0 +1,78 @@
+"""Batches of prompt+response token sequences, and how they are cut: pure functions, no model.
+
+A sequence is a prompt followed by its response, right-padded to the batch's length L. Per-token
+quantities of the response (log-probs, advantages, values) live in response-aligned tensors
+[B, R]: column j is the response's j-th token, predicted at input position prompt_len + j - 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Sequence
+
+import torch
+
+
+@dataclass
+class SeqBatch:
+    input_ids: torch.Tensor
+    """[B, L] prompt + response, right-padded with pad_id."""
+    prompt_lens: torch.Tensor
+    """[B]"""
+    response_lens: torch.Tensor
+    """[B]"""
+    mask: torch.Tensor
+    """[B, R] 1.0 on response tokens."""
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def select(self, rows: Sequence[int] | slice) -> "SeqBatch":
+        index = torch.arange(len(self))[rows] if isinstance(rows, slice) else torch.as_tensor(list(rows), dtype=torch.long)
+        return replace(self, **{f.name: getattr(self, f.name)[index] for f in fields(self) if getattr(self, f.name) is not None})
+
+
+def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, length: int | None = None,
+         response_width: int | None = None) -> SeqBatch:
+    """Pad prompt+response pairs into one batch (to `length` / `response_width` when given, so that
+    every micro-batch of a pipeline has the same shape)."""
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    L = length or max(lengths)
+    R = response_width or max(1, max(len(r) for r in responses))
+    ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
+    mask = torch.zeros(len(prompts), R)
+    for b, (p, r) in enumerate(zip(prompts, responses)):
+        ids[b, :len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        mask[b, :len(r)] = 1.0
+    return SeqBatch(ids, torch.tensor([len(p) for p in prompts]), torch.tensor([len(r) for r in responses]), mask)
+
+
+def response_positions(batch: SeqBatch) -> torch.Tensor:
+    """[B, R] input positions whose output predicts each response token (clamped inside the row)."""
+    R = batch.mask.shape[1]
+    L = batch.input_ids.shape[1]
+    positions = batch.prompt_lens[:, None] - 1 + torch.arange(R)[None, :]
+    return positions.clamp(0, L - 1)
+
+
+def response_tokens(batch: SeqBatch) -> torch.Tensor:
+    """[B, R] the response's token ids (0 outside the mask): the labels of the response positions."""
+    L = batch.input_ids.shape[1]
+    index = (response_positions(batch) + 1).clamp(max=L - 1)
+    return batch.input_ids.gather(1, index) * batch.mask.long()
+
+
+def micro_batches(batch: SeqBatch, size: int) -> list[SeqBatch]:
+    return [batch.select(slice(start, start + size)) for start in range(0, len(batch), size)]
+
+
+def shard_rows(n: int, rank: int, world: int) -> range:
+    """The contiguous rows [start, stop) of n that rank `rank` of `world` takes (sizes differ by at most one)."""
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))

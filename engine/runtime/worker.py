@@ -1,0 +1,124 @@
+"""`kuberl worker`: what one rank of a job runs, in a pod or under `kuberl run`.
+
+Reads the engine config (KUBERL_CONFIG) and the rank's place (torchrun's variables), joins the
+world, runs the job to its end, and exits 0; any failure is logged with the rank and role and
+exits 1, so the pod (or `kuberl run`) reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+log = logging.getLogger("kuberl.engine")
+
+
+def _threads(environ) -> int:
+    if "KUBERL_THREADS" in environ:
+        return max(1, int(environ["KUBERL_THREADS"]))
+    return max(1, (os.cpu_count() or 1) // max(1, int(environ.get("KUBERL_LOCAL_WORLD", "1"))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .world import RankEnv, WorldError
+
+    try:
+        env = RankEnv.from_environ()
+    except WorldError as exc:
+        print(f"kuberl worker: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {env.rank} [{env.role}] %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    for noisy in ("vllm", "transformers", "megatron", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import warnings
+
+    # Megatron and vLLM warn at import about optional CUDA kernels a CPU run never uses.
+    for module in ("megatron", "vllm", "torch.distributed"):
+        warnings.filterwarnings("ignore", category=UserWarning, module=module)
+        warnings.filterwarnings("ignore", category=FutureWarning, module=module)
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    if not os.path.exists("/dev/nvidiactl"):
+        # On CPU, vLLM's sampler asks torch.compile for kernels whose generated C++ fails to build
+        # with some toolchains (at::vec missing); eager mode is what the CPU path needs anyway.
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+    config_path = os.environ.get("KUBERL_CONFIG")
+    if not config_path:
+        log.error("KUBERL_CONFIG is not set: it names the engine config (JSON) that the operator or `kuberl run` renders")
+        return 2
+
+    import torch
+
+    from ..config.topology import EngineConfig
+    from .world import init_model_parallel, init_world
+
+    torch.set_num_threads(_threads(os.environ))
+    try:
+        config = EngineConfig.model_validate_json(Path(config_path).read_text())
+    except Exception as exc:
+        log.error("cannot read the engine config %s: %s", config_path, exc)
+        return 2
+    run_dir = Path(os.environ.get("KUBERL_RUN_DIR", config.trainer.checkpoint.path)).expanduser()
+    run = None
+    try:
+        init_world(env)
+        actor = config.roles["actor"]
+        init_model_parallel(actor.layout.tp, actor.layout.pp, config.trainer.seed)
+        from .rl import RLRun
+
+        run = RLRun(config, run_dir)
+        report = _reporter(run, env.rank == 0)
+        last = run.run(progress=report)
+        if env.rank == 0:
+            _summary(run, last)
+        import torch.distributed as dist
+
+        dist.barrier()
+        return 0
+    except Exception as exc:
+        log.error("rank %d (role %s) failed: %s: %s", env.rank, env.role, type(exc).__name__, exc)
+        log.debug("%s", traceback.format_exc())
+        if not isinstance(exc, (ValueError, FileNotFoundError)):
+            traceback.print_exc()
+        return 1
+    finally:
+        if run is not None:
+            run.close()
+
+
+def _reporter(run, controller: bool):
+    if not controller:
+        return None
+    from tqdm import tqdm
+
+    from .progress import ProgressWriter
+
+    writer = ProgressWriter()
+    bar = tqdm(total=run.total_steps, initial=run.step, desc=run.config.job, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def report(record: dict) -> None:
+        bar.update(1)
+        postfix = {"reward": f"{record.get('reward_mean', float('nan')):.3f}"}
+        if "rollout_tokens_per_second" in record:
+            postfix["tok/s"] = f"{record['rollout_tokens_per_second']:.0f}"
+        if "validation_reward_mean" in record:
+            postfix["val"] = f"{record['validation_reward_mean']:.3f}"
+        bar.set_postfix(postfix)
+        writer.write(record, run.total_steps)
+        if "validation_reward_mean" in record or record["step"] == run.total_steps:
+            bar.write(f"step {record['step']}: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(record.items())
+                                                          if isinstance(v, float) and "/" not in k))
+
+    return report
+
+
+def _summary(run, last: dict) -> None:
+    share = run.reshard_total["seconds"] / max(run.reshard_total["step_seconds"], 1e-9)
+    log.info("done: %d steps; switch took %.1f%% of step time; metrics in %s", run.step, 100 * share, run.run_dir / "metrics.jsonl")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

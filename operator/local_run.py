@@ -1,0 +1,148 @@
+"""`kuberl run job.yaml`: an RLJob on this machine, one process per rank, no cluster.
+
+Each rank gets the environment a pod of the job would get (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, KUBERL_CONFIG, KUBERL_ROLE, ...) and runs `kuberl worker`. Rank 0 prints to the
+console; every rank logs to <run dir>/logs/rank-N.log. The first rank to fail ends the run: the
+others are stopped and the reason is printed. Ctrl-C stops every process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .api.resource import RLJob
+from .manifest import load_rljobs
+from .planner import engine_config
+
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class LocalRank:
+    rank: int
+    role: str
+    log: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    # A rank must not outlive `kuberl run` (killed with SIGKILL, it cannot stop its children itself).
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def load_one(path: Path) -> RLJob:
+    jobs = load_rljobs(path)
+    if len(jobs) != 1:
+        raise ValueError(f"{path}: `kuberl run` takes exactly one RLJob, found {len(jobs)}")
+    return jobs[0]
+
+
+def rank_roles(config) -> list[str]:
+    """The role of every global rank (colocated roles share the actor's ranks)."""
+    roles = ["actor"] * config.world_size
+    for role, topo in config.roles.items():
+        if topo.colocated_with is None:
+            for r in range(topo.rank_offset, topo.rank_offset + topo.ranks):
+                roles[r] = role
+    return roles
+
+
+def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | None = None,
+              threads: int | None = None, poll_s: float = 0.5) -> int:
+    job = load_one(manifest)
+    config = engine_config(job)
+    master_port = _free_port()
+    updates: dict = {"master_port": master_port}
+    if metrics_port is not None:
+        updates["metrics_port"] = metrics_port or None
+    config = config.model_copy(update=updates)
+    run_dir = (run_dir or Path("runs") / job.metadata.name).resolve()
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    config_file = run_dir / "engine-config.json"
+    config_file.write_text(config.model_dump_json(by_alias=True, indent=2))
+
+    world = config.world_size
+    per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
+    ranks = [LocalRank(r, role, run_dir / "logs" / f"rank-{r}.log") for r, role in enumerate(rank_roles(config))]
+    print(f"kuberl run: {job.metadata.name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
+          f"logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
+    procs: list[subprocess.Popen] = []
+    for r in ranks:
+        env = {**os.environ, "RANK": str(r.rank), "LOCAL_RANK": str(r.rank), "WORLD_SIZE": str(world),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "KUBERL_CONFIG": str(config_file),
+               "KUBERL_ROLE": r.role, "KUBERL_JOB": job.metadata.name, "KUBERL_RUN_DIR": str(run_dir),
+               "KUBERL_THREADS": str(per_rank_threads), "OMP_NUM_THREADS": str(per_rank_threads)}
+        log = open(r.log, "w")
+        # Rank 0 talks to the console (progress bar, summary); all ranks keep a full log.
+        cmd = [sys.executable, "-m", "kuberl.engine.runtime.worker"]
+        if r.rank == 0:
+            tee = subprocess.Popen(["tee", str(r.log)], stdin=subprocess.PIPE, stdout=sys.stderr, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(cmd, env=env, stdout=tee.stdin, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            tee.stdin.close()  # the rank holds the pipe now; tee ends when the rank does
+            log.close()
+        else:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        procs.append(proc)
+    # Which process is which rank, for people (and tests) who want to look at one.
+    (run_dir / "logs" / "ranks.json").write_text(json.dumps({str(r.rank): p.pid for r, p in zip(ranks, procs)}))
+    try:
+        return _wait(procs, ranks, poll_s)
+    except KeyboardInterrupt:
+        print("\nkuberl run: interrupted; stopping every rank", file=sys.stderr)
+        _stop(procs)
+        return 130
+
+
+def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float) -> int:
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
+        if failed:
+            # The first to fail is the cause; the others usually fail because of it.
+            rank, code = failed[0]
+            _stop(procs)
+            print(f"kuberl run: rank {rank.rank} (role {rank.role}) exited with code {code}; its log: {rank.log}",
+                  file=sys.stderr)
+            for line in _tail(rank.log, 15):
+                print(f"  | {line}", file=sys.stderr)
+            return 1
+        if all(c == 0 for c in codes):
+            print("kuberl run: every rank finished", file=sys.stderr)
+            return 0
+        time.sleep(poll_s)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _tail(path: Path, lines: int) -> list[str]:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    keep = [line for line in text.splitlines() if line.strip()]
+    return keep[-lines:]

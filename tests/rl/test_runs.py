@@ -1,0 +1,137 @@
+"""Whole jobs through `kuberl run` on a tiny random model: several gloo ranks, real Megatron, real vLLM."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def finite(record: dict, *keys: str) -> None:
+    for key in keys:
+        assert key in record and math.isfinite(record[key]), (key, record.get(key))
+
+
+def exported(run: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(run / "final" / "model.safetensors")
+
+
+def test_grpo_two_steps_dp2_with_reference(make_job, run_job, tiny_model: Path) -> None:
+    job, run = make_job(algorithm={"name": "grpo", "klCoef": 0.05}, roles={"ref": {"colocateWith": "actor"}},
+                        validationInterval=2,
+                        data={"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
+                              "validation": {"generator": {"name": "arithmetic", "count": 4, "seed": 2, "maxOperand": 9}},
+                              "maxPromptLength": 64})
+    result = run_job(job, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "every rank finished" in result.stderr
+    steps = [r for r in records(run) if "reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        finite(r, "reward_mean", "policy_loss", "kl", "entropy", "grad_norm", "reshard_seconds",
+               "rollout_tokens_per_second", "response_length_mean")
+        assert r["reshard_bytes"] == 0  # dp=2: each rank holds the whole model, nothing to gather
+    assert "validation_reward_mean" in steps[-1]
+    assert (run / "reward_curve.png").stat().st_size > 1000
+    # The policy moved, and the export loads in transformers.
+    import transformers
+    from safetensors.torch import load_file
+
+    start = load_file(tiny_model / "model.safetensors")
+    final = exported(run)
+    assert not torch.equal(start["model.embed_tokens.weight"], final["model.embed_tokens.weight"])
+    model = transformers.AutoModelForCausalLM.from_pretrained(run / "final")
+    assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
+
+
+def test_ppo_with_critic_tp2(make_job, run_job) -> None:
+    job, run = make_job(algorithm={"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}},
+                        layout={"tp": 2}, roles={"critic": {"colocateWith": "actor"}}, samples=2)
+    result = run_job(job, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [r for r in records(run) if "reward_mean" in r]
+    assert len(steps) == 2
+    for r in steps:
+        finite(r, "policy_loss", "critic/value_loss", "critic/grad_norm", "entropy")
+    # tp=2: each rank gathered the other half of every split weight through the switch.
+    assert steps[0]["reshard_bytes"] > 0
+
+
+def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n"
+                             for a in range(8)))
+    job, run = make_job(algorithm={"name": "dpo", "dpo": {"beta": 0.1}}, roles={"ref": {"colocateWith": "actor"}},
+                        data={"train": {"path": str(pairs)}, "maxPromptLength": 64}, steps=2)
+    result = run_job(job, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = records(run)
+    assert len(steps) == 2
+    for r in steps:
+        finite(r, "dpo_loss", "reward_margin", "grad_norm")
+    # The first step starts at the reference: loss log(2), margin 0.
+    assert steps[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-4)
+    assert steps[1]["reward_margin"] > 0  # the update moved the policy toward the chosen answers
+
+
+def test_resume_is_exact(make_job, run_job) -> None:
+    straight_job, straight = make_job("straight", steps=3)
+    assert run_job(straight_job, straight).returncode == 0
+    # Stopped after step 2 (the run ends there), then resumed from its checkpoint to step 3.
+    first_job, resumed = make_job("resumed", steps=2)
+    assert run_job(first_job, resumed).returncode == 0
+    second_job, _ = make_job("resumed", steps=3)
+    result = run_job(second_job, resumed)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resumed from" in (resumed / "logs" / "rank-0.log").read_text()
+    a, b = exported(straight), exported(resumed)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs after resume"
+    assert records(straight)[-1]["reward_mean"] == records(resumed)[-1]["reward_mean"]
+
+
+def test_killed_rank_ends_the_run_with_its_name(make_job, kuberl_cli: str) -> None:
+    import subprocess
+
+    job, run = make_job(steps=50)
+    proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if (run / "metrics.jsonl").exists():  # training is under way
+                break
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.5)
+        pids = json.loads((run / "logs" / "ranks.json").read_text())
+        os.kill(pids["1"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)  # no hang: the run ends well within this
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "rank 1 (role actor) exited with code -9" in err
+
+
+def test_bad_data_line_names_file_and_line(make_job, run_job, tmp_path: Path) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "What is 1 + 1?", "answer": "2"}\n{"prompt": "What is 2 + 2?", "answer": 4\n')
+    job, run = make_job(data={"train": {"path": str(data)}, "maxPromptLength": 64})
+    result = run_job(job, run)
+    assert result.returncode == 1
+    assert f"{data}:2: not valid JSON" in result.stderr
