@@ -59,7 +59,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     try:
         return run_local(Path(args.file), run_dir=Path(args.out) if args.out else None,
-                         metrics_port=args.metrics_port, threads=args.threads)
+                         metrics_port=args.metrics_port, threads=args.threads, timeout_s=args.timeout)
     except ManifestError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run folder for logs, metrics.jsonl and the reward curve (default: runs/<job name>)")
     run.add_argument("--metrics-port", type=int, help="Prometheus port of rank 0 (default: the job's; 0 disables)")
     run.add_argument("--threads", type=int, help="CPU threads per rank (default: cores / ranks)")
+    run.add_argument("--timeout", type=int, metavar="SECONDS",
+                     help="how long a rank waits for a silent peer in a collective before the run fails (default 600)")
     run.set_defaults(func=_cmd_run)
     smoke = sub.add_parser(
         "smoke", help="one RL step of a tiny model over local ranks with the hybrid engine on: does everything work?",

@@ -62,7 +62,7 @@ def rank_roles(config) -> list[str]:
 
 
 def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | None = None,
-              threads: int | None = None, poll_s: float = 0.5) -> int:
+              threads: int | None = None, timeout_s: int | None = None, poll_s: float = 0.5) -> int:
     job = load_one(manifest)
     config = engine_config(job)
     master_port = _free_port()
@@ -85,17 +85,18 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
         env = {**os.environ, "RANK": str(r.rank), "LOCAL_RANK": str(r.rank), "WORLD_SIZE": str(world),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "KUBERL_CONFIG": str(config_file),
                "KUBERL_ROLE": r.role, "KUBERL_JOB": job.metadata.name, "KUBERL_RUN_DIR": str(run_dir),
-               "KUBERL_THREADS": str(per_rank_threads), "OMP_NUM_THREADS": str(per_rank_threads)}
+               "KUBERL_THREADS": str(per_rank_threads), "OMP_NUM_THREADS": str(per_rank_threads),
+               **({"KUBERL_TIMEOUT_S": str(timeout_s)} if timeout_s else {})}
         log = open(r.log, "w")
         # Rank 0 talks to the console (progress bar, summary); all ranks keep a full log.
         cmd = [sys.executable, "-m", "kuberl.engine.runtime.worker"]
         if r.rank == 0:
-            tee = subprocess.Popen(["tee", str(r.log)], stdin=subprocess.PIPE, stdout=sys.stderr, preexec_fn=_die_with_parent)
-            proc = subprocess.Popen(cmd, env=env, stdout=tee.stdin, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            tee = subprocess.Popen(["tee", str(r.log)], stdin=subprocess.PIPE, stdout=sys.stderr, preexec_fn=_die_with_parent, start_new_session=True)
+            proc = subprocess.Popen(cmd, env=env, stdout=tee.stdin, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, start_new_session=True)
             tee.stdin.close()  # the rank holds the pipe now; tee ends when the rank does
             log.close()
         else:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, start_new_session=True)
         procs.append(proc)
     # Which process is which rank, for people (and tests) who want to look at one.
     (run_dir / "logs" / "ranks.json").write_text(json.dumps({str(r.rank): p.pid for r, p in zip(ranks, procs)}))

@@ -225,10 +225,8 @@ class MegatronLM:
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"model": self.megatron_state()}
         if self.optimizer is not None:
-            state["optimizer"] = [
-                {"common": opt.state_dict(), "params": opt.get_parameter_state_dp_reshardable()}
-                for opt in self.optimizer.chained_optimizers
-            ]
+            state["optimizer"] = [{"common": opt.state_dict(), "params": _param_states(opt)}
+                                  for opt in self.optimizer.chained_optimizers]
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -239,7 +237,7 @@ class MegatronLM:
         if self.optimizer is not None:
             for opt, saved in zip(self.optimizer.chained_optimizers, state["optimizer"], strict=True):
                 opt.load_state_dict(saved["common"])
-                opt.load_parameter_state_from_dp_reshardable(saved["params"])
+                _load_param_states(opt, saved["params"])
 
 
 def _megatron_optimizer(spec: OptimizerSpec, model, dtype: torch.dtype):
@@ -251,6 +249,41 @@ def _megatron_optimizer(spec: OptimizerSpec, model, dtype: torch.dtype):
                         bf16=dtype == torch.bfloat16, use_distributed_optimizer=True),
         [model],
     )
+
+
+# The distributed optimizer keeps, per model parameter, this rank's shard of the main parameter and
+# its Adam state. megatron-core 0.16.1's rank-local save/load pair disagree on their format (the
+# loader expects a "padding" entry the saver never writes), and copying into a fresh optimizer's
+# state would share one "step" tensor between parameters. So: walk the optimizer's own
+# (deterministic) parameter order, save clones, and on load give each parameter its own state.
+
+def _model_params(opt) -> list[torch.nn.Parameter]:
+    return [param for gbuf_range_maps in opt.gbuf_ranges for maps in gbuf_range_maps.values()
+            for gbuf_range_map in maps for param in gbuf_range_map["param_map"]]
+
+
+def _main_param(opt, param: torch.nn.Parameter) -> torch.Tensor:
+    group_index, group_order = opt.model_param_group_index_map[param]
+    return opt.optimizer.param_groups[group_index]["params"][group_order]
+
+
+def _param_states(opt) -> list[dict[str, torch.Tensor]]:
+    out = []
+    for param in _model_params(opt):
+        main = _main_param(opt, param)
+        out.append({"param": main.detach().clone(), **{k: v.detach().clone() for k, v in opt.optimizer.state[main].items()}})
+    return out
+
+
+@torch.no_grad()  # main parameters are views of leaves that require grad
+def _load_param_states(opt, states: list[dict[str, torch.Tensor]]) -> None:
+    params = _model_params(opt)
+    if len(params) != len(states):
+        raise RuntimeError(f"checkpoint has optimizer state for {len(states)} parameters, the model has {len(params)}")
+    for param, saved in zip(params, states):
+        main = _main_param(opt, param)
+        main.copy_(saved["param"])
+        opt.optimizer.state[main] = {k: v.clone() for k, v in saved.items() if k != "param"}
 
 
 def _mean_stats(results: list[dict[str, torch.Tensor]]) -> dict[str, float]:

@@ -35,7 +35,7 @@ from . import checkpoint as ckpt
 from .metrics import RunMetrics, plot_rewards, read_jsonl
 from .policy import MegatronLM, learning_rate, response_logprobs_from_logits, vocab_parallel_entropy
 from .resolve import model_folder
-from .sequences import SeqBatch, micro_batches, pack, shard_rows
+from .sequences import SeqBatch, micro_batches, pack, pad_rows, shard_rows
 
 log = logging.getLogger("kuberl.engine")
 
@@ -398,11 +398,9 @@ class RLRun:
         with timer("reference"):
             ref = self._all_rows(self.ref.response_logprobs, batch)
         batch.ref_logprobs = ref
+        # For dpo the batch sizes count pairs: a micro-batch of k pairs holds 2k rows.
         pairs = len(examples)
-        mine_pairs = shard_rows(pairs, self.dp_rank, self.dp_size)
-        rows = [r for p in mine_pairs for r in (2 * p, 2 * p + 1)]
-        mine = batch.select(rows)
-        micro = max(2, trainer.micro_batch_size - trainer.micro_batch_size % 2)
+        size = trainer.mini_batch_size or pairs
 
         def loss_fn(logits: torch.Tensor, mb: SeqBatch):
             seq = response_logprobs_from_logits(logits, mb).sum(-1)
@@ -410,10 +408,16 @@ class RLRun:
             loss, st = A.dpo_loss(seq[0::2], seq[1::2], ref_seq[0::2], ref_seq[1::2], beta, smoothing)
             return loss, {"dpo_loss": loss.detach(), **st}
 
+        updates = []
         with timer("train"):
-            lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
-            stats = self.actor.train_step(micro_batches(mine, micro), loss_fn, lr)
-            self.updates += 1
+            for start in range(0, pairs, size):
+                mini = range(start, min(start + size, pairs))
+                mine = shard_rows(len(mini), self.dp_rank, self.dp_size)
+                rows = [r for p in mine for r in (2 * mini[p], 2 * mini[p] + 1)]
+                lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
+                updates.append(self.actor.train_step(micro_batches(batch.select(rows), 2 * trainer.micro_batch_size), loss_fn, lr))
+                self.updates += 1
+        stats = {k: sum(u[k] for u in updates) / len(updates) for k in updates[0]}
         return {"lr": lr, **_mean_over_world(stats)}
 
     # -- validation and export -----------------------------------------------------------------------
@@ -465,7 +469,7 @@ class RLRun:
     def _total_updates(self) -> int:
         trainer, algorithm = self.config.trainer, self.config.algorithm
         if self.dpo:
-            return self.total_steps
+            return self.total_steps * math.ceil(trainer.prompts_per_step / (trainer.mini_batch_size or trainer.prompts_per_step))
         per_step = trainer.prompts_per_step * (self.config.rollout.samples_per_prompt if self.config.rollout else 1)
         minis = math.ceil(per_step / (trainer.mini_batch_size or per_step))
         return self.total_steps * minis * algorithm.update_epochs
@@ -474,8 +478,12 @@ class RLRun:
         """Run `compute` (a per-micro-batch forward) on this DP rank's rows; every rank gets all rows."""
         rows = shard_rows(len(batch), self.dp_rank, self.dp_size)
         mine = batch.select(rows)
-        parts = compute(micro_batches(mine, self.config.trainer.micro_batch_size)) if len(mine) else []
-        local = torch.cat(parts) if parts else torch.zeros(0, batch.mask.shape[1])
+        size = self.config.trainer.micro_batch_size
+        mbs = micro_batches(mine, size) if len(mine) else []
+        if mbs and self.actor.place.pp > 1:
+            mbs[-1] = pad_rows(mbs[-1], size)
+        parts = compute(mbs)
+        local = torch.cat(parts)[:len(mine)] if parts else torch.zeros(0, batch.mask.shape[1])
         from megatron.core import parallel_state as ps
 
         gathered: list = [None] * self.dp_size

@@ -71,6 +71,17 @@ def micro_batches(batch: SeqBatch, size: int) -> list[SeqBatch]:
     return [batch.select(slice(start, start + size)) for start in range(0, len(batch), size)]
 
 
+def pad_rows(batch: SeqBatch, rows: int) -> SeqBatch:
+    """`batch` grown to `rows` rows by copies of its first row with an empty mask (they weigh nothing);
+    a pipeline needs every micro-batch in the same shape."""
+    extra = rows - len(batch)
+    if extra <= 0:
+        return batch
+    padded = batch.select([*range(len(batch)), *([0] * extra)])
+    padded.mask[len(batch):] = 0
+    return padded
+
+
 def shard_rows(n: int, rank: int, world: int) -> range:
     """The contiguous rows [start, stop) of n that rank `rank` of `world` takes (sizes differ by at most one)."""
     base, extra = divmod(n, world)

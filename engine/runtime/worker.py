@@ -22,8 +22,40 @@ def _threads(environ) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, int(environ.get("KUBERL_LOCAL_WORLD", "1"))))
 
 
+def spawn_local_ranks(count: int) -> int:
+    """A pod with several GPUs runs one process per GPU (LOCAL_RANK 0..count-1), as torchrun would;
+    the first to fail stops the others and decides the pod's exit status."""
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen([sys.executable, "-m", "kuberl.engine.runtime.worker"],
+                              env={**os.environ, "LOCAL_RANK": str(i), "KUBERL_LOCAL_WORLD": str(count)})
+             for i in range(count)]
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [c for c in codes if c not in (None, 0)]
+            if failed or all(c == 0 for c in codes):
+                break
+            time.sleep(0.5)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return next((c for c in codes if c not in (None, 0)), 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .world import RankEnv, WorldError
+
+    per_pod = int(os.environ.get("KUBERL_PROCS_PER_POD", "1") or 1)
+    if per_pod > 1 and "LOCAL_RANK" not in os.environ and "RANK" not in os.environ:
+        return spawn_local_ranks(per_pod)
 
     try:
         env = RankEnv.from_environ()

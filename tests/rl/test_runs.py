@@ -74,9 +74,10 @@ def test_ppo_with_critic_tp2(make_job, run_job) -> None:
 def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n"
-                             for a in range(8)))
+                             for a in range(4)))  # every step sees the same 4 pairs
     job, run = make_job(algorithm={"name": "dpo", "dpo": {"beta": 0.1}}, roles={"ref": {"colocateWith": "actor"}},
-                        data={"train": {"path": str(pairs)}, "maxPromptLength": 64}, steps=2)
+                        data={"train": {"path": str(pairs)}, "maxPromptLength": 64, "chosenField": "chosen",
+                              "rejectedField": "rejected"}, steps=2, microBatchSize=2)
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = records(run)
@@ -85,16 +86,17 @@ def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
         finite(r, "dpo_loss", "reward_margin", "grad_norm")
     # The first step starts at the reference: loss log(2), margin 0.
     assert steps[0]["dpo_loss"] == pytest.approx(math.log(2), abs=1e-4)
-    assert steps[1]["reward_margin"] > 0  # the update moved the policy toward the chosen answers
+    assert steps[1]["reward_margin"] > 0  # step 1's update moved the policy toward the chosen answers
 
 
-def test_resume_is_exact(make_job, run_job) -> None:
-    straight_job, straight = make_job("straight", steps=3)
-    assert run_job(straight_job, straight).returncode == 0
+def test_resume_is_exact_pp2(make_job, run_job) -> None:
+    straight_job, straight = make_job("straight", steps=3, layout={"pp": 2})
+    result = run_job(straight_job, straight)
+    assert result.returncode == 0, result.stderr[-3000:]
     # Stopped after step 2 (the run ends there), then resumed from its checkpoint to step 3.
-    first_job, resumed = make_job("resumed", steps=2)
+    first_job, resumed = make_job("resumed", steps=2, layout={"pp": 2})
     assert run_job(first_job, resumed).returncode == 0
-    second_job, _ = make_job("resumed", steps=3)
+    second_job, _ = make_job("resumed", steps=3, layout={"pp": 2})
     result = run_job(second_job, resumed)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resumed from" in (resumed / "logs" / "rank-0.log").read_text()
@@ -135,3 +137,36 @@ def test_bad_data_line_names_file_and_line(make_job, run_job, tmp_path: Path) ->
     result = run_job(job, run)
     assert result.returncode == 1
     assert f"{data}:2: not valid JSON" in result.stderr
+
+
+def test_ctrl_c_stops_every_rank(make_job, kuberl_cli: str) -> None:
+    import subprocess
+
+    job, run = make_job(steps=50)
+    proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.5)
+        pids = json.loads((run / "logs" / "ranks.json").read_text())
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (here to `kuberl run` alone)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted; stopping every rank" in err
+    for pid in pids.values():
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_smoke(kuberl_cli: str) -> None:
+    import subprocess
+
+    result = subprocess.run([kuberl_cli, "smoke"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "training layout : TP=2 PP=1 DP=1" in result.stdout
+    assert "kuberl smoke: OK, everything worked." in result.stdout
