@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries test crd lock
+.PHONY: setup kube-binaries prometheus test crd lock main-job bench-setup
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
@@ -11,12 +11,22 @@ setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to 
 kube-binaries:  ## build (once) and cache the Kubernetes binaries of the cluster tests
 	bash scripts/kube-binaries.sh >/dev/null
 
-test: setup kube-binaries  ## run the test suite
+prometheus:  ## Debian's prometheus and promtool, unpacked once into ~/.cache/kuberl (the monitoring tests use them)
+	bash scripts/prometheus.sh >/dev/null
+
+test: setup kube-binaries prometheus  ## run the test suite
 	$(VENV)/bin/pytest
 
 crd: setup  ## regenerate crds/ from the API models
 	$(VENV)/bin/kuberl crd > crds/kuberl.dev_rljobs.yaml
+	cp crds/kuberl.dev_rljobs.yaml helm/kuberl/crds/kuberl.dev_rljobs.yaml
 
 lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.toml's dependencies
 	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test \
 		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock
+
+main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 20 minutes)
+	$(VENV)/bin/kuberl run examples/grpo-smollm2-arith.yaml
+
+bench-setup: setup  ## what bench/grpo needs besides .venv: TRL (its baseline), within the lock's versions
+	$(UV) pip install --quiet --python $(PY) --constraint requirements/cpu.lock trl==1.16.0 datasets==5.2.0

@@ -43,6 +43,12 @@ def kube_binaries() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kube_binaries_dir() -> Path:
+    """The folder with kubectl, helm and the control plane's binaries (built once per machine)."""
+    return kube_binaries()
+
+
+@pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory):
     """etcd, kube-apiserver, controller-manager, scheduler and kwok nodes on loopback, for the session.
 

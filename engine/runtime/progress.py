@@ -1,6 +1,6 @@
 """The controller rank's progress report to the operator: progress.json in the job's progress ConfigMap.
 
-The keys are those of kuberl.operator.reconcile.ProgressReport (the engine never imports the
+The keys are those of the operator's ProgressReport model (the engine never imports the
 operator; a test checks that the operator parses what this writes). Outside a cluster it does nothing.
 """
 

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any, Callable
@@ -22,7 +17,7 @@ from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.manifest import load_documents
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.waiting import eventually as _eventually
-from kuberl.operator.testing.waiting import free_port
+from kuberl.operator.testing.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -44,49 +39,6 @@ def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "con
 
     return _eventually(guarded, timeout, what, ignore=(_NotFound,))
 RULES = REPO / "helm" / "kuberl" / "files" / "operator-rules.yaml"
-
-
-class OperatorProcess:
-    """`kuberl operator` as a subprocess, authenticated as the kuberl-operator ServiceAccount."""
-
-    def __init__(self, kubeconfig: Path, log: Path):
-        self.kubeconfig, self.log = kubeconfig, log
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        kuberl = Path(sys.executable).parent / "kuberl"
-        self.proc = subprocess.Popen(
-            [str(kuberl), "operator", "--kubeconfig", str(self.kubeconfig),
-             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)],
-            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        eventually(self.healthy, 30, "the operator's health endpoint")
-
-    def healthy(self) -> bool:
-        if self.proc.poll() is not None:
-            raise AssertionError(f"the operator exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-            return r.read().decode()
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture(scope="module")

@@ -110,3 +110,12 @@ def test_loader_resumes_where_it_stopped() -> None:
     assert seen[0] != seen[3]  # reshuffled per epoch
     with pytest.raises(DataError, match="promptsPerStep = 11 is more than the 10"):
         PromptLoader(examples, 11, seed=0)
+
+
+def test_the_operator_reads_the_progress_the_engine_writes() -> None:
+    from kuberl.engine.runtime.progress import progress_json
+    from kuberl.operator.reconcile import ProgressReport
+
+    report = ProgressReport.model_validate_json(progress_json(
+        {"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0}, total_steps=30))
+    assert (report.step, report.total_steps, report.reward_mean, report.kl, report.tokens_per_second) == (7, 30, 0.5, None, 120.0)

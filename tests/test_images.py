@@ -1,0 +1,71 @@
+"""The two images, without a Docker engine: their installs match pyproject.toml's extras, their
+entrypoints are real commands, they run as a numeric non-root user, and the defaults agree."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import yaml
+
+from kuberl.operator.cli import build_parser
+from kuberl.operator.planner import OperatorSettings
+
+REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", path.read_text())
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def pip_installs(path: Path) -> list[str]:
+    targets = []
+    for op, arg in instructions(path):
+        if op == "RUN" and "pip install" in arg:
+            words = shlex.split(arg.split("pip install", 1)[1].split("&&")[0])
+            targets += [w for w in words if not w.startswith("-")]
+    return targets
+
+
+def entrypoint(path: Path) -> list[str]:
+    import json
+
+    found = {op: json.loads(arg) for op, arg in instructions(path) if op in ("ENTRYPOINT", "CMD")}
+    return found.get("ENTRYPOINT", []) + found.get("CMD", [])
+
+
+def test_operator_image_installs_only_the_operators_dependencies() -> None:
+    assert pip_installs(REPO / "Dockerfile") == ["."]  # no extras: no torch in the operator image
+    assert not any(dep.startswith(("torch", "vllm", "megatron")) for dep in PYPROJECT["project"]["dependencies"])
+    assert entrypoint(REPO / "Dockerfile")[0] == "kuberl"
+    assert "kuberl" in PYPROJECT["project"]["scripts"]
+
+
+def test_trainer_image_installs_the_gpu_extra_and_runs_kuberl_worker() -> None:
+    assert pip_installs(REPO / "trainer_image" / "Dockerfile") == [".[gpu]"]
+    gpu = PYPROJECT["project"]["optional-dependencies"]["gpu"]
+    engine = PYPROJECT["project"]["optional-dependencies"]["engine"]
+    assert "kuberl[engine]" in gpu and any(d.startswith("vllm==") for d in gpu)
+    assert any(d.startswith("torch==") for d in engine) and any(d.startswith("megatron-core==") for d in engine)
+    command = entrypoint(REPO / "trainer_image" / "Dockerfile")
+    assert command == ["kuberl", "worker"]
+    # `kuberl worker` is a real subcommand (the operator's pods run it too).
+    assert build_parser().parse_args(["worker"]).func.__name__ == "_cmd_worker"
+
+
+def test_both_images_run_as_numeric_non_root_users() -> None:
+    for dockerfile in (REPO / "Dockerfile", REPO / "trainer_image" / "Dockerfile"):
+        users = [arg.strip() for op, arg in instructions(dockerfile) if op == "USER"]
+        assert users and users[-1].isdigit() and users[-1] != "0", dockerfile
+
+
+def test_the_charts_trainer_image_is_the_operators_default() -> None:
+    values = yaml.safe_load((REPO / "helm" / "kuberl" / "values.yaml").read_text())
+    assert values["trainerImage"] == OperatorSettings().default_image
+    chart = yaml.safe_load((REPO / "helm" / "kuberl" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == PYPROJECT["project"]["version"]
