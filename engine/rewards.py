@@ -88,6 +88,46 @@ def load_python_reward(path: Path, function: str) -> RewardFn:
     return fn
 
 
+class RewardModel:
+    """A sequence classifier with one output (a Hugging Face folder, GGUF or hub id): the score of
+    the prompt as the policy saw it (chat template applied) followed by the response.
+
+    It runs with transformers on the controller rank: the engine runs the reward role colocated."""
+
+    def __init__(self, spec, base_dir: Path, batch_size: int = 16):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from .runtime.resolve import model_folder
+
+        folder = model_folder(spec, base_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer.padding_side = "right"
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(spec.dtype, torch.float32)
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=dtype).eval()
+        if self.model.config.num_labels != 1:
+            raise RewardError(f"reward.model: {folder} has {self.model.config.num_labels} output labels; a reward model has 1")
+        if self.model.config.pad_token_id is None:
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.batch_size = batch_size
+
+    def score_batch(self, prompts: Sequence[str], responses: Sequence[str]) -> list[float]:
+        import torch
+
+        out: list[float] = []
+        texts = [p + r for p, r in zip(prompts, responses)]
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            with torch.no_grad():
+                out += self.model(**enc).logits[:, 0].float().tolist()
+        return out
+
+    def __call__(self, prompt: str, response: str, answer: str | None) -> float:
+        return self.score_batch([prompt], [response])[0]
+
+
 @dataclass(frozen=True)
 class WeightedReward:
     name: str
@@ -100,8 +140,6 @@ class Rewarder:
     """The weighted sum of every configured reward source."""
 
     def __init__(self, spec: RewardSpec, base_dir: Path = Path(".")):
-        if spec.model is not None:
-            raise RewardError("reward.model: reward-model roles are not implemented by this engine yet; use rules or python")
         parts: list[WeightedReward] = []
         for index, rule in enumerate(spec.rules):
             fn = RULES[rule.name]
@@ -112,6 +150,8 @@ class Rewarder:
             path = path if path.is_absolute() else base_dir / path
             parts.append(WeightedReward(f"python:{spec.python.function}", 1.0,
                                         load_python_reward(path, spec.python.function), {}))
+        if spec.model is not None:
+            parts.append(WeightedReward("model", 1.0, RewardModel(spec.model, base_dir), {}))
         self.parts = parts
 
     def score(self, prompts: Sequence[str], responses: Sequence[str], answers: Sequence[str | None]) -> tuple[list[float], dict[str, float]]:
@@ -119,6 +159,12 @@ class Rewarder:
         totals = [0.0] * len(responses)
         means: dict[str, float] = {}
         for part in self.parts:
+            if isinstance(part.fn, RewardModel):
+                values = part.fn.score_batch(prompts, responses)
+                for i, value in enumerate(values):
+                    totals[i] += part.weight * value
+                means[part.name] = sum(values) / max(1, len(values))
+                continue
             values = []
             for i, (prompt, response, answer) in enumerate(zip(prompts, responses, answers)):
                 try:

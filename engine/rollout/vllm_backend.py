@@ -58,6 +58,7 @@ class VLLMRollout:
                        tensor_parallel_size=tensor_parallel_size, enforce_eager=True,
                        skip_tokenizer_init=skip_tokenizer_init, **kwargs)
         self.bytes_loaded_last_update = 0
+        self.asleep = False
 
     def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
         """Sample `sampling.n` completions per tokenised prompt, in prompt order."""
@@ -92,12 +93,14 @@ class VLLMRollout:
 
     def sleep(self) -> None:
         """GPU only: free the KV cache (and offload weights) while the trainer needs the memory."""
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and not self.asleep:
             self.llm.sleep(level=1)
+            self.asleep = True
 
     def wake_up(self) -> None:
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and self.asleep:
             self.llm.wake_up()
+            self.asleep = False
 
 
 def _repack_tied_lm_head(worker) -> None:

@@ -63,8 +63,6 @@ def check_supported(config: EngineConfig) -> None:
         if role != "actor" and topo.colocated_with is None:
             raise ConfigError(f"roles.{role}: a role on its own ranks is not supported by this engine yet; "
                               f"set roles.{role}.colocateWith: actor")
-    if config.reward is not None and config.reward.model is not None:
-        raise ConfigError("reward.model: reward-model roles are not supported by this engine yet; use rules or python")
     actor = config.roles["actor"]
     if actor.rollout_tp != 1:
         raise ConfigError("roles.actor.layout.rolloutTp: only 1 is supported by this engine yet")
@@ -224,6 +222,7 @@ class RLRun:
     def switch_to_rollout(self) -> dict[str, float]:
         """Stream the actor's current weights into this rank's vLLM replica."""
         assert self.rollout is not None and self.resharder is not None
+        self.rollout.wake_up()  # GPU: vLLM's weights and KV cache come back (no-op on CPU)
         self.rollout.update_weights(self.resharder.stream(self.actor.megatron_state()))
         stats = self.resharder.stats.history[-1]
         return {"reshard_seconds": stats["seconds"], "reshard_bytes": stats["bytes_received"]}
@@ -235,6 +234,8 @@ class RLRun:
         # run draw the same samples as an uninterrupted one.
         torch.manual_seed(seed)
         completions = self.rollout.generate([prompts[i] for i in mine], sampling) if len(mine) else []
+        # GPU: free the KV cache (and vLLM's weight copy) while Megatron trains (no-op on CPU).
+        self.rollout.sleep()
         local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions]
         gathered: list = [None] * self.world
         dist.all_gather_object(gathered, local)

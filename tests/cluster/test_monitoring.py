@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -34,8 +33,6 @@ def prometheus_bin() -> Path:
 
 def exported_names() -> set[str]:
     """Every sample name our two exporters can emit."""
-    from prometheus_client.registry import CollectorRegistry  # noqa: F401
-
     from kuberl.engine.runtime.metrics import RunMetrics
     from kuberl.operator.controller import OperatorMetrics
 

@@ -126,7 +126,7 @@ def vllm_models(tmp_path_factory) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("tp", "pp"), [(2, 1), (2, 2)], ids=["t2-p1-d2", "t2-p2-d1"])
-def test_vllm_generates_with_the_weights_the_switch_sent(vllm_models, tmp_path: Path, tp: int, pp: int) -> None:
+def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(vllm_models, tmp_path: Path, tp: int, pp: int) -> None:
     trained, start = vllm_models
     reports = run(trained, tmp_path / "out", tp, pp, "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))
     for report in reports:
@@ -134,6 +134,9 @@ def test_vllm_generates_with_the_weights_the_switch_sent(vllm_models, tmp_path: 
         # Greedy tokens are transformers' choices with the weights just sent, and vLLM's
         # log-probabilities are transformers' (float32, within kernel rounding).
         assert first["worst"] < 1e-3 and second["worst"] < 1e-3, report
-        # After the weights moved, the completions moved too.
+        # The first switch sent the model as it was; the second, what one step of Megatron's
+        # distributed Adam made of it: every tensor moved, and the completions moved too.
+        assert first["first_round_equals_blob"], report
+        assert report["grad_norm"] > 0 and second["tensors_moved"] == second["tensors"], report
         assert first["tokens"] != second["tokens"]
     assert all(r["rounds"][0]["tokens"] == reports[0]["rounds"][0]["tokens"] for r in reports)  # every replica alike

@@ -119,3 +119,33 @@ def test_the_operator_reads_the_progress_the_engine_writes() -> None:
     report = ProgressReport.model_validate_json(progress_json(
         {"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0}, total_steps=30))
     assert (report.step, report.total_steps, report.reward_mean, report.kl, report.tokens_per_second) == (7, 30, 0.5, None, 120.0)
+
+
+def test_reward_model_scores_prompt_and_response(tmp_path: Path) -> None:
+    import torch
+    import transformers
+
+    from kuberl.engine.models.tiny import char_tokenizer
+
+    tokenizer = char_tokenizer()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                      num_attention_heads=1, num_key_value_heads=1, num_labels=1,
+                                      pad_token_id=tokenizer.pad_token_id)
+    model = transformers.LlamaForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path / "rm")
+    tokenizer.save_pretrained(tmp_path / "rm")
+    rewarder = Rewarder(RewardSpec.model_validate({"model": {"path": str(tmp_path / "rm")}}))
+    prompts, responses = ["What is 1 + 1?", "What is 20 + 3?"], ["2", "it is 23, I think"]
+    scores, means = rewarder.score(prompts, responses, [None, None])
+    for prompt, response, score in zip(prompts, responses, scores):
+        ids = tokenizer(prompt + response, return_tensors="pt", add_special_tokens=False)
+        with torch.no_grad():
+            expected = model(**ids).logits[0, 0].item()
+        assert abs(score - expected) < 1e-5  # batched with padding = one at a time
+    assert means["model"] == sum(scores) / 2 and scores[0] != scores[1]
+    config.num_labels = 3
+    transformers.LlamaForSequenceClassification(config).save_pretrained(tmp_path / "classifier")
+    tokenizer.save_pretrained(tmp_path / "classifier")
+    with pytest.raises(RewardError, match="has 3 output labels; a reward model has 1"):
+        Rewarder(RewardSpec.model_validate({"model": {"path": str(tmp_path / "classifier")}}))

@@ -107,20 +107,25 @@ def test_resume_is_exact_pp2(make_job, run_job) -> None:
     assert records(straight)[-1]["reward_mean"] == records(resumed)[-1]["reward_mean"]
 
 
-def test_killed_rank_ends_the_run_with_its_name(make_job, kuberl_cli: str) -> None:
+def training(kuberl_cli: str, job: Path, run: Path):
+    """`kuberl run` started and past its first step; returns the process and the ranks' pids."""
     import subprocess
 
-    job, run = make_job(steps=50)
     proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not (run / "metrics.jsonl").exists():  # training is under way
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the run did not get going: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.5)
+    return proc, json.loads((run / "logs" / "ranks.json").read_text())
+
+
+def test_killed_rank_ends_the_run_with_its_name(make_job, kuberl_cli: str) -> None:
+    job, run = make_job(steps=50)
+    proc, pids = training(kuberl_cli, job, run)
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            if (run / "metrics.jsonl").exists():  # training is under way
-                break
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            time.sleep(0.5)
-        pids = json.loads((run / "logs" / "ranks.json").read_text())
         os.kill(pids["1"], signal.SIGKILL)
         _, err = proc.communicate(timeout=120)  # no hang: the run ends well within this
     finally:
@@ -140,17 +145,9 @@ def test_bad_data_line_names_file_and_line(make_job, run_job, tmp_path: Path) ->
 
 
 def test_ctrl_c_stops_every_rank(make_job, kuberl_cli: str) -> None:
-    import subprocess
-
     job, run = make_job(steps=50)
-    proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc, pids = training(kuberl_cli, job, run)
     try:
-        deadline = time.monotonic() + 300
-        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            time.sleep(0.5)
-        pids = json.loads((run / "logs" / "ranks.json").read_text())
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (here to `kuberl run` alone)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -66,29 +66,42 @@ def main() -> None:
 
 def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     """Every rank runs a vLLM replica that starts from other weights; two switches stream the
-    training weights in, the second after the weights moved. Each time, vLLM's greedy completions
-    must carry the log-probabilities that transformers gives with the weights just sent."""
+    training weights in, the second after one step of Megatron's distributed Adam on every rank.
+    Each time, vLLM's greedy completions must carry the log-probabilities that transformers gives
+    with the weights just sent, and after the step those weights must differ from the first ones."""
     import transformers
 
+    from kuberl.engine.config.trainer import OptimizerSpec
     from kuberl.engine.hybrid.reshard import Resharder
-    from kuberl.engine.models.convert import hf_to_megatron
     from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
+    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.runtime.sequences import micro_batches, pack
 
     rollout = VLLMRollout(args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True)
     prompts = [[1, 2, 3, 4, 5], [7, 7, 9], [100, 50, 25, 12]]
     greedy = Sampling(max_new_tokens=8, temperature=0.0)
     resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes)
+    policy = MegatronLM(arch, blob["state_dict"], optimizer=OptimizerSpec(lr=5e-2, grad_clip=0.0))
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**blob["hf_config"])).float().eval()
-    state = blob["state_dict"]
     report = {"rank": args.rank, "rounds": []}
+    sent_before = None
     for round_ in range(2):
-        if round_ == 1:  # "an optimizer step": every matrix moves
-            noise = torch.Generator().manual_seed(1)
-            state = {k: v + 0.05 * v.std() * torch.randn(v.shape, generator=noise) if v.dim() == 2 else v for k, v in state.items()}
-        local = hf_to_megatron(state, arch, tp_rank, args.tp, stage, args.pp)
-        loaded = rollout.update_weights(resharder.stream(local))
+        if round_ == 1:
+            # A real update: raise the log-probability of the first round's greedy answers.
+            batch = pack(prompts, [c.token_ids[::-1] for c in completions], pad_id=0)
+            stats = policy.train_step(micro_batches(batch, 3), lambda logits, mb: (
+                -(response_logprobs_from_logits(logits, mb).sum() / mb.mask.sum()), {}), lr=5e-2)
+            report["grad_norm"] = stats["grad_norm"]
+        sent: dict = {}
+
+        def recorded(stream):
+            for name, tensor in stream:
+                sent[name] = tensor.clone()
+                yield name, tensor
+
+        loaded = rollout.update_weights(recorded(resharder.stream(policy.megatron_state())))
         completions = rollout.generate(prompts, greedy)
-        hf.load_state_dict(state)
+        hf.load_state_dict(sent)
         worst = 0.0
         for prompt, completion in zip(prompts, completions):
             with torch.no_grad():
@@ -97,8 +110,11 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
             chosen = logprobs.gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
             worst = max(worst, (chosen - torch.tensor(completion.logprobs)).abs().max().item(),
                         (logprobs.max(-1).values - chosen).max().item())
+        moved = None if sent_before is None else sum(not torch.equal(sent[k], sent_before[k]) for k in sent)
         report["rounds"].append({"tokens": [c.token_ids for c in completions], "worst": worst, "loaded": loaded,
-                                 "bytes_received": resharder.stats.bytes_received})
+                                 "bytes_received": resharder.stats.bytes_received, "tensors_moved": moved, "tensors": len(sent),
+                                 "first_round_equals_blob": round_ > 0 or all(torch.equal(sent[k], blob["state_dict"][k]) for k in sent)})
+        sent_before = sent
     torch.save(report, f"{args.out}.{args.rank}")
     return rollout
 

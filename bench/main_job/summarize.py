@@ -1,0 +1,50 @@
+"""Summarise a finished run of the README's main job into bench/results/main_job.json (and copy its
+reward curve next to it): greedy validation accuracy before and after, time, and the switch's share
+of step time, all read from the run folder that `kuberl run` wrote.
+
+Usage: .venv/bin/kuberl run examples/grpo-smollm2-arith.yaml && .venv/bin/python bench/main_job/summarize.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run", nargs="?", default=str(REPO / "runs" / "grpo-smollm2-arith"))
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "main_job.json"))
+    args = parser.parse_args()
+    run = Path(args.run)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in records if "reward_mean" in r]
+    validation = [(r["step"], r["validation_reward_mean"]) for r in records if "validation_reward_mean" in r]
+    step_seconds = sum(r["step_seconds"] for r in steps)
+    reshard = sum(r["phase_seconds"].get("reshard", 0.0) for r in steps)
+    wall = (run / "reward_curve.png").stat().st_mtime - (run / "engine-config.json").stat().st_mtime
+    summary = {
+        "job": "examples/grpo-smollm2-arith.yaml",
+        "steps": len(steps),
+        "validation_greedy_accuracy": {str(step): round(value, 4) for step, value in validation},
+        "before": validation[0][1], "after": validation[-1][1],
+        "wall_minutes": round(wall / 60, 1),
+        "mean_step_seconds": round(step_seconds / len(steps), 1),
+        "phase_share": {p: round(sum(r["phase_seconds"].get(p, 0.0) for r in steps) / step_seconds, 4)
+                        for p in ("rollout", "reshard", "train", "validation", "checkpoint")},
+        "reshard_share_of_step_time": round(reshard / step_seconds, 4),
+        "rollout_tokens_per_second_mean": round(sum(r["rollout_tokens_per_second"] for r in steps) / len(steps), 1),
+        "training_reward_first_5_steps": round(sum(r["reward_mean"] for r in steps[:5]) / 5, 4),
+        "training_reward_last_5_steps": round(sum(r["reward_mean"] for r in steps[-5:]) / 5, 4),
+    }
+    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+    shutil.copy(run / "reward_curve.png", Path(args.out).with_name("main_job_reward_curve.png"))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
