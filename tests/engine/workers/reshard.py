@@ -33,7 +33,8 @@ def main() -> None:
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.convert import hf_to_megatron
 
-    ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
+    from kuberl.engine.runtime.world import init_model_parallel
+    init_model_parallel(args.tp, args.pp, seed=1234)
     blob = torch.load(args.model, weights_only=False)
     arch = LlamaArch.from_hf_config(blob["hf_config"])
     stage, tp_rank = ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()
