@@ -85,7 +85,7 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     policy = MegatronLM(arch, blob["state_dict"], optimizer=OptimizerSpec(lr=5e-2, grad_clip=0.0))
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**blob["hf_config"])).float().eval()
     report = {"rank": args.rank, "rounds": []}
-    sent_before = None
+    sent_before, completions = None, []
     for round_ in range(2):
         if round_ == 1:
             # A real update: raise the log-probability of the first round's greedy answers.
