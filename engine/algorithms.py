@@ -108,6 +108,11 @@ def _group_stats(scores: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tenso
     return means[inverse], stds[inverse], counts[inverse]
 
 
+def group_mean(scores: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """Per-response mean score of its group (REINFORCE++'s baseline)."""
+    return _group_stats(scores, group)[0]
+
+
 def grpo_advantages(scores: torch.Tensor, group: torch.Tensor, normalize_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """Per-response advantage: score minus its group's mean, divided by the group's std (GRPO) or not (Dr. GRPO)."""
     mean, std, _ = _group_stats(scores, group)

@@ -12,7 +12,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from .api.resource import RLJob
 from .manifest import load_rljobs
 from .planner import engine_config
+from .testing.waiting import free_port
 
 PR_SET_PDEATHSIG = 1
 
@@ -31,12 +31,6 @@ class LocalRank:
     rank: int
     role: str
     log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -65,7 +59,7 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
               threads: int | None = None, timeout_s: int | None = None, poll_s: float = 0.5) -> int:
     job = load_one(manifest)
     config = engine_config(job)
-    master_port = _free_port()
+    master_port = free_port()
     updates: dict = {"master_port": master_port}
     if metrics_port is not None:
         updates["metrics_port"] = metrics_port or None

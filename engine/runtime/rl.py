@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from .. import algorithms as A
-from ..config.algorithm import GROUP_BASELINE_ALGORITHMS
+from ..config.algorithm import GROUP_BASELINE_ALGORITHMS, DPOSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
 from ..config.topology import EngineConfig
 from ..data import Example, PromptEncoder, PromptLoader, load_examples
 from ..models.arch import LlamaArch
@@ -78,11 +78,6 @@ class RLRun:
     """One rank's part of a job: models, rollout engine, data, and the step loop."""
 
     def __init__(self, config: EngineConfig, run_dir: Path, base_dir: Path = Path(".")):
-        from megatron.core import parallel_state as ps
-
-        from ..hybrid.reshard import Resharder
-        from .world import model_parallel_ranks
-
         check_supported(config)
         self.config, self.run_dir = config, run_dir
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -138,9 +133,7 @@ class RLRun:
                                        max_model_len=data.max_prompt_length + spec.max_new_tokens,
                                        kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
                                        skip_tokenizer_init=True)
-            place = self.actor.place
-            self.resharder = Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
-                                       ps.get_model_parallel_group(), dtype=self.dtype)
+            self.resharder = self._make_resharder()
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
         self.checkpoints = Path(trainer.checkpoint.path).expanduser()
@@ -180,7 +173,7 @@ class RLRun:
         trainer = self.config.trainer
         last: dict[str, Any] = {}
         if self.step == 0 and self.validation and trainer.validation_interval:
-            last = self._validate_record()
+            last = {"step": 0, **self._validate()}
             self._publish(last)
         while self.step < self.total_steps:
             timer = Timer()
@@ -270,7 +263,7 @@ class RLRun:
         group = torch.tensor([i for i, _, _ in completions])
         batch = pack(seq_prompts, [c[1] for c in completions], self.pad_id)
         R = batch.mask.shape[1]
-        batch.old_logprobs = _pad_rows([c[2] for c in completions], R)
+        batch.old_logprobs = _logprob_rows([c[2] for c in completions], R)
 
         if self.ref is not None:
             with timer("reference"):
@@ -305,22 +298,20 @@ class RLRun:
         algorithm, mask = self.config.algorithm, batch.mask
         kl_reward = kl is not None and algorithm.kl_in_reward
         name = algorithm.name
+
+        def token_rewards(per_response: torch.Tensor) -> torch.Tensor:
+            rewards = A.last_token_rewards(per_response, mask)
+            return rewards - algorithm.kl_coef * kl if kl_reward else rewards
+
         if name == "ppo":
-            rewards = A.last_token_rewards(scores, mask)
-            if kl_reward:
-                rewards = rewards - algorithm.kl_coef * kl
-            gae = algorithm.ppo.gae if algorithm.ppo else None
-            return A.gae(rewards, batch.old_values, mask, gae.gamma if gae else 1.0, gae.lam if gae else 0.95)
+            gae = (algorithm.ppo or PPOSpec()).gae
+            return A.gae(token_rewards(scores), batch.old_values, mask, gae.gamma, gae.lam)
         if name == "reinforce_pp":
-            baseline = algorithm.reinforce_pp is None or algorithm.reinforce_pp.baseline
-            centred = scores - A._group_stats(scores, group)[0] if baseline else scores
-            rewards = A.last_token_rewards(centred, mask)
-            if kl_reward:
-                rewards = rewards - algorithm.kl_coef * kl
-            return A.reinforce_pp_advantages(rewards, mask), None
+            if (algorithm.reinforce_pp or ReinforcePPSpec()).baseline:
+                scores = scores - A.group_mean(scores, group)
+            return A.reinforce_pp_advantages(token_rewards(scores), mask), None
         if name == "grpo":
-            normalize = algorithm.grpo is None or algorithm.grpo.normalize_by_std
-            per_seq = A.grpo_advantages(scores, group, normalize_by_std=normalize)
+            per_seq = A.grpo_advantages(scores, group, normalize_by_std=(algorithm.grpo or GRPOSpec()).normalize_by_std)
         elif name == "rloo":
             per_seq = A.rloo_advantages(scores, group)
         else:
@@ -333,6 +324,7 @@ class RLRun:
         size = trainer.mini_batch_size or len(batch)
         stats: list[dict[str, float]] = []
         policy_loss = self._policy_loss_fn()
+        value_loss = self._value_loss_fn() if self.critic is not None else None
         for _ in range(algorithm.update_epochs):
             for start in range(0, len(batch), size):
                 mini = batch.select(slice(start, min(start + size, len(batch))))
@@ -341,7 +333,7 @@ class RLRun:
                 lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
                 step_stats = self.actor.train_step(mbs, policy_loss, lr)
                 if self.critic is not None:
-                    critic_stats = self.critic.train_step(mbs, self._value_loss_fn(), lr)
+                    critic_stats = self.critic.train_step(mbs, value_loss, lr)
                     step_stats.update({f"critic/{k}": v for k, v in critic_stats.items()})
                 self.updates += 1
                 stats.append(step_stats)
@@ -374,19 +366,19 @@ class RLRun:
 
     def _value_loss_fn(self):
         algorithm = self.config.algorithm
-        ppo = algorithm.ppo
+        ppo = algorithm.ppo or PPOSpec()
 
         def loss_fn(values: torch.Tensor, mb: SeqBatch):
             v = values.float() * mb.mask
-            loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, ppo.value_clip if ppo else 0.2, algorithm.loss_aggregation)
-            return loss * (ppo.value_loss_coef if ppo else 0.5), {"value_loss": loss.detach()}
+            loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, ppo.value_clip, algorithm.loss_aggregation)
+            return loss * ppo.value_loss_coef, {"value_loss": loss.detach()}
 
         return loss_fn
 
     def dpo_step(self, timer: Timer) -> dict[str, Any]:
         trainer, algorithm = self.config.trainer, self.config.algorithm
-        beta = algorithm.dpo.beta if algorithm.dpo else 0.1
-        smoothing = algorithm.dpo.label_smoothing if algorithm.dpo else 0.0
+        dpo = algorithm.dpo or DPOSpec()
+        beta, smoothing = dpo.beta, dpo.label_smoothing
         examples = self.loader.next_batch()
         eos = self.tokenizer.eos_token_id
         prompts, responses = [], []
@@ -433,31 +425,26 @@ class RLRun:
         scores, _ = self._score(self.validation, completions)
         return {"validation_reward_mean": float(scores.mean())}
 
-    def _validate_record(self) -> dict[str, Any]:
-        return {"step": self.step, **self._validate()}
-
     def export(self, out: Path) -> None:
         """Write the current policy as a Hugging Face folder (controller rank)."""
         # The switch's gather gives every rank of a model-parallel group the full model.
-        if self.resharder is not None:
-            full = dict(self.resharder.stream(self.actor.megatron_state()))
-        else:
-            full = self._gather_full_model()
+        resharder = self.resharder or self._make_resharder()
+        full = dict(resharder.stream(self.actor.megatron_state()))
         if self.is_controller:
             export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)
             log.info("exported the policy to %s", out)
         dist.barrier()
 
-    def _gather_full_model(self) -> dict[str, torch.Tensor]:
+    def _make_resharder(self):
+        """The training->generation switch for this rank's place in the actor's layout."""
         from megatron.core import parallel_state as ps
 
         from ..hybrid.reshard import Resharder
         from .world import model_parallel_ranks
 
         place = self.actor.place
-        resharder = Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
-                              ps.get_model_parallel_group(), dtype=self.dtype)
-        return dict(resharder.stream(self.actor.megatron_state()))
+        return Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
+                         ps.get_model_parallel_group(), dtype=self.dtype)
 
     # -- helpers --------------------------------------------------------------------------------------
 
@@ -492,7 +479,8 @@ class RLRun:
         return torch.cat(gathered)
 
 
-def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
+def _logprob_rows(rows: list[list[float]], width: int) -> torch.Tensor:
+    """Per-token log-prob lists as a [B, width] tensor, zero-padded on the right."""
     out = torch.zeros(len(rows), width)
     for i, row in enumerate(rows):
         out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
