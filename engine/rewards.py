@@ -92,7 +92,8 @@ class RewardModel:
     """A sequence classifier with one output (a Hugging Face folder, GGUF or hub id): the score of
     the prompt as the policy saw it (chat template applied) followed by the response.
 
-    It runs with transformers on the controller rank: the engine runs the reward role colocated."""
+    It runs with transformers: on the controller when the reward role is colocated, else on the
+    reward role's own ranks (each scores its share of the batch)."""
 
     def __init__(self, spec, base_dir: Path, batch_size: int = 16):
         import torch
@@ -139,7 +140,8 @@ class WeightedReward:
 class Rewarder:
     """The weighted sum of every configured reward source."""
 
-    def __init__(self, spec: RewardSpec, base_dir: Path = Path(".")):
+    def __init__(self, spec: RewardSpec, base_dir: Path = Path("."), remote_model: Any = None):
+        """`remote_model`: the reward model when it runs on ranks of its own (anything with score_batch)."""
         parts: list[WeightedReward] = []
         for index, rule in enumerate(spec.rules):
             fn = RULES[rule.name]
@@ -151,7 +153,7 @@ class Rewarder:
             parts.append(WeightedReward(f"python:{spec.python.function}", 1.0,
                                         load_python_reward(path, spec.python.function), {}))
         if spec.model is not None:
-            parts.append(WeightedReward("model", 1.0, RewardModel(spec.model, base_dir), {}))
+            parts.append(WeightedReward("model", 1.0, remote_model or RewardModel(spec.model, base_dir), {}))
         self.parts = parts
 
     def score(self, prompts: Sequence[str], responses: Sequence[str], answers: Sequence[str | None]) -> tuple[list[float], dict[str, float]]:
@@ -159,7 +161,7 @@ class Rewarder:
         totals = [0.0] * len(responses)
         means: dict[str, float] = {}
         for part in self.parts:
-            if isinstance(part.fn, RewardModel):
+            if hasattr(part.fn, "score_batch"):  # a reward model scores the whole batch at once
                 values = part.fn.score_batch(prompts, responses)
                 for i, value in enumerate(values):
                     totals[i] += part.weight * value

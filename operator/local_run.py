@@ -45,16 +45,6 @@ def load_one(path: Path) -> RLJob:
     return jobs[0]
 
 
-def rank_roles(config) -> list[str]:
-    """The role of every global rank (colocated roles share the actor's ranks)."""
-    roles = ["actor"] * config.world_size
-    for role, topo in config.roles.items():
-        if topo.colocated_with is None:
-            for r in range(topo.rank_offset, topo.rank_offset + topo.ranks):
-                roles[r] = role
-    return roles
-
-
 def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | None = None,
               threads: int | None = None, timeout_s: int | None = None, poll_s: float = 0.5) -> int:
     job = load_one(manifest)
@@ -71,7 +61,7 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
 
     world = config.world_size
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
-    ranks = [LocalRank(r, role, run_dir / "logs" / f"rank-{r}.log") for r, role in enumerate(rank_roles(config))]
+    ranks = [LocalRank(r, role, run_dir / "logs" / f"rank-{r}.log") for r, role in enumerate(config.rank_roles())]
     print(f"kuberl run: {job.metadata.name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
           f"logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
     procs: list[subprocess.Popen] = []

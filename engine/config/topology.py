@@ -55,3 +55,16 @@ class EngineConfig(SpecModel):
     reward: RewardSpec | None = None
     trainer: TrainerSpec
     roles: dict[EngineRoleName, RoleTopology]
+
+    def own_rank_roles(self) -> list[tuple[str, RoleTopology]]:
+        """Roles with ranks of their own (the actor first), in the order of their ranks."""
+        own = [(name, topo) for name, topo in self.roles.items() if topo.colocated_with is None]
+        return sorted(own, key=lambda item: item[1].rank_offset)
+
+    def rank_roles(self) -> list[str]:
+        """The role of every global rank (colocated roles share the actor's ranks)."""
+        roles = ["actor"] * self.world_size
+        for name, topo in self.own_rank_roles():
+            for rank in range(topo.rank_offset, min(self.world_size, topo.rank_offset + topo.ranks)):
+                roles[rank] = name
+        return roles

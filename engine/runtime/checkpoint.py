@@ -1,6 +1,9 @@
 """Sharded checkpoints: one file per rank in a step folder that appears under its final name only
 when every rank has written its part. A crash in the middle leaves the previous checkpoint whole.
 
+The controller prepares the folder, every rank of the job (actor and roles on ranks of their own)
+writes its part, and once all have (the caller's barrier), the controller commits.
+
     <root>/step-00000010/rank-00000.pt ... meta.json      a complete checkpoint
     <root>/.step-00000012.partial/                        being written (ignored, cleared on the next save)
 """
@@ -18,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 _STEP = re.compile(r"^step-(\d{8})$")
 
@@ -48,37 +50,47 @@ def _write_atomically(path: Path, write) -> None:
     os.replace(part, path)
 
 
-def save(root: Path, step: int, state: dict[str, Any], keep: int, meta: dict[str, Any] | None = None) -> Path:
-    """Collective: every rank calls it with its own state; returns the step folder."""
-    rank, world = dist.get_rank(), dist.get_world_size()
-    final = step_dir(root, step)
-    partial = root / f".{final.name}.partial"
-    if rank == 0:
-        root.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir()
-    dist.barrier()
-    _write_atomically(partial / f"rank-{rank:05d}.pt", lambda f: torch.save(state, f))
-    dist.barrier()
-    if rank == 0:
-        body = json.dumps({"step": step, "world_size": world, "time": time.time(), **(meta or {})}, indent=2).encode()
-        _write_atomically(partial / "meta.json", lambda f: f.write(body))
-        if final.exists():  # the same step saved again (a resumed run): replace it whole
-            shutil.rmtree(final)
-        os.replace(partial, final)
-        for old in complete_steps(root)[:-keep]:
-            shutil.rmtree(step_dir(root, old), ignore_errors=True)
-    dist.barrier()
+def _partial(root: Path, step: int) -> Path:
+    return root / f".{step_dir(root, step).name}.partial"
+
+
+def prepare(root: Path, step: int) -> None:
+    """Controller, before any part is written: a fresh folder for the step's parts."""
+    partial = _partial(root, step)
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+
+
+def write_part(root: Path, step: int, rank: int, state: dict[str, Any]) -> None:
+    """Every rank of the job, after `prepare`: its own state under its global rank."""
+    _write_atomically(_partial(root, step) / f"rank-{rank:05d}.pt", lambda f: torch.save(state, f))
+
+
+def commit(root: Path, step: int, world_size: int, keep: int, meta: dict[str, Any] | None = None) -> Path:
+    """Controller, once every rank's part is written: the step folder appears whole, old ones go."""
+    partial, final = _partial(root, step), step_dir(root, step)
+    missing = [r for r in range(world_size) if not (partial / f"rank-{r:05d}.pt").is_file()]
+    if missing:
+        raise RuntimeError(f"checkpoint of step {step} lacks the parts of ranks {missing}")
+    body = json.dumps({"step": step, "world_size": world_size, "time": time.time(), **(meta or {})}, indent=2).encode()
+    _write_atomically(partial / "meta.json", lambda f: f.write(body))
+    if final.exists():  # the same step saved again (a resumed run): replace it whole
+        shutil.rmtree(final)
+    os.replace(partial, final)
+    for old in complete_steps(root)[:-keep]:
+        shutil.rmtree(step_dir(root, old), ignore_errors=True)
     return final
 
 
-def load(root: Path, step: int) -> dict[str, Any]:
+def load(root: Path, step: int, rank: int, world_size: int) -> dict[str, Any]:
+    """The part of global rank `rank`; the checkpoint must come from a job of the same world size."""
     folder = step_dir(root, step)
     meta = json.loads((folder / "meta.json").read_text())
-    if meta["world_size"] != dist.get_world_size():
-        raise RuntimeError(f"{folder} was written by {meta['world_size']} ranks; this run has {dist.get_world_size()}: "
+    if meta["world_size"] != world_size:
+        raise RuntimeError(f"{folder} was written by {meta['world_size']} ranks; this run has {world_size}: "
                            "resume needs the same layout")
-    return torch.load(folder / f"rank-{dist.get_rank():05d}.pt", weights_only=False)
+    return torch.load(folder / f"rank-{rank:05d}.pt", weights_only=False)
 
 
 def rng_state() -> dict[str, Any]:

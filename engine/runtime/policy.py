@@ -19,7 +19,7 @@ from ..config.trainer import OptimizerSpec
 from ..models.arch import LlamaArch
 from ..models.convert import hf_to_megatron
 from ..training.megatron_model import build_gpt_model, causal_mask
-from .sequences import SeqBatch, response_positions, response_tokens
+from .sequences import SeqBatch, micro_batches, pad_rows, response_positions, response_tokens, shard_rows
 
 # loss(output of the last stage at the response positions: logits [b, R, v/tp] or values [b, R], micro-batch) -> (loss, stats)
 LossFn = Callable[[torch.Tensor, SeqBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -214,6 +214,31 @@ class MegatronLM:
         stats = _mean_stats(results)
         stats["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         stats["update_skipped"] = 0.0 if ok else 1.0
+        return stats
+
+    def rows_over_dp(self, compute: Callable[[list[SeqBatch]], list[torch.Tensor]], batch: SeqBatch,
+                     micro_batch_size: int) -> torch.Tensor:
+        """Run `compute` (a per-micro-batch forward) on this DP rank's rows; every rank gets all rows."""
+        from megatron.core import parallel_state as ps
+
+        mine = batch.select(shard_rows(len(batch), self.place.dp_rank, self.place.dp_size))
+        mbs = micro_batches(mine, micro_batch_size) if len(mine) else []
+        if mbs and self.place.pp > 1:  # every pipeline micro-batch has the same shape
+            mbs[-1] = pad_rows(mbs[-1], micro_batch_size)
+        parts = compute(mbs)
+        local = torch.cat(parts)[:len(mine)] if parts else torch.zeros(0, batch.mask.shape[1])
+        gathered: list = [None] * self.place.dp_size
+        dist.all_gather_object(gathered, local, group=ps.get_data_parallel_group())
+        return torch.cat(gathered)
+
+    def train_plan(self, batch: SeqBatch, plan: list[tuple[int, int, float]], loss_fn: LossFn,
+                   micro_batch_size: int) -> list[dict[str, float]]:
+        """One update per (start, end, lr) mini-batch of `batch`, each split over DP."""
+        stats = []
+        for start, end, lr in plan:
+            mini = batch.select(slice(start, end))
+            mine = mini.select(shard_rows(len(mini), self.place.dp_rank, self.place.dp_size))
+            stats.append(self.train_step(micro_batches(mine, micro_batch_size), loss_fn, lr))
         return stats
 
     # -- state ----------------------------------------------------------------------------------

@@ -8,8 +8,12 @@ serves metrics and writes progress. One step follows DESIGN.md's data flow:
     -> advantages (pure, same on every rank) -> updates of actor and critic (split over DP)
     -> metrics, checkpoint
 
-Roles run colocated on the actor's ranks: the reference policy and the critic are further
-Megatron models in the same layout.
+A colocated role runs on the actor's ranks: the reference policy and the critic are further
+Megatron models in the actor's layout, and a reward model runs on the controller. A role on ranks of
+its own runs `roles.RoleWorker` in a torch.distributed world of its own; the controller sends it
+commands over its link and every actor rank gets the replies (roles.py, role_worlds.py). The
+default group here is the actor's world. The controller asks the reference and the
+critic before it waits for either, and the critic's update runs while the actor trains.
 """
 
 from __future__ import annotations
@@ -32,10 +36,13 @@ from ..data import Example, PromptEncoder, PromptLoader, load_examples
 from ..models.arch import LlamaArch
 from ..models.loading import export_hf_folder, read_hf_config, read_hf_state_dict
 from . import checkpoint as ckpt
+from .losses import policy_loss_fn, value_loss_fn
 from .metrics import RunMetrics, plot_rewards, read_jsonl
-from .policy import MegatronLM, learning_rate, response_logprobs_from_logits, vocab_parallel_entropy
+from .policy import MegatronLM, learning_rate, response_logprobs_from_logits
 from .resolve import model_folder
-from .sequences import SeqBatch, micro_batches, pack, pad_rows, shard_rows
+from .role_worlds import RoleWorld
+from .roles import RemoteRewardModel, RoleLink, checkpoint_root, mean_over
+from .sequences import SeqBatch, micro_batches, pack, shard_rows
 
 log = logging.getLogger("kuberl.engine")
 
@@ -59,15 +66,20 @@ class Timer:
 
 def check_supported(config: EngineConfig) -> None:
     """What this engine runs today; refused up front with the field named."""
+    algorithm = config.algorithm
     for role, topo in config.roles.items():
-        if role != "actor" and topo.colocated_with is None:
-            raise ConfigError(f"roles.{role}: a role on its own ranks is not supported by this engine yet; "
-                              f"set roles.{role}.colocateWith: actor")
+        if role == "critic" and not algorithm.needs_critic:
+            raise ConfigError(f"roles.critic: {algorithm.name} has no critic; remove the role")
+        if role == "ref" and not algorithm.needs_reference:
+            raise ConfigError(f"roles.ref: {algorithm.name} uses no reference policy (klCoef is 0); remove the role or set algorithm.klCoef")
+        if role == "reward" and (config.reward is None or config.reward.model is None):
+            raise ConfigError("roles.reward: the reward role runs a reward model, but reward.model is not set")
+        if role == "reward" and topo.colocated_with is None and (topo.layout.tp, topo.layout.pp) != (1, 1):
+            raise ConfigError(f"roles.reward.layout: a reward model runs data-parallel only (tp=1, pp=1), not "
+                              f"tp={topo.layout.tp}, pp={topo.layout.pp}")
     actor = config.roles["actor"]
     if actor.rollout_tp != 1:
         raise ConfigError("roles.actor.layout.rolloutTp: only 1 is supported by this engine yet")
-    if config.world_size != actor.ranks:
-        raise ConfigError(f"the world has {config.world_size} ranks but the actor has {actor.ranks}: only colocated roles are supported")
     if config.algorithm.name in GROUP_BASELINE_ALGORITHMS and (config.rollout is None or config.rollout.samples_per_prompt < 2):
         raise ConfigError(f"rollout.samplesPerPrompt: {config.algorithm.name} needs at least 2 samples per prompt")
     if config.algorithm.name != "dpo" and config.reward is None:
@@ -77,11 +89,14 @@ def check_supported(config: EngineConfig) -> None:
 class RLRun:
     """One rank's part of a job: models, rollout engine, data, and the step loop."""
 
-    def __init__(self, config: EngineConfig, run_dir: Path, base_dir: Path = Path(".")):
+    def __init__(self, config: EngineConfig, world: RoleWorld, run_dir: Path, base_dir: Path = Path(".")):
         check_supported(config)
         self.config, self.run_dir = config, run_dir
-        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.rank = dist.get_rank()  # the actor's ranks come first: the same as the global rank
         self.is_controller = self.rank == 0
+        self.actor_group, self.actor_size = None, dist.get_world_size()
+        self.remote_roles = set(world.remote_roles())
+        self.links = {role: RoleLink(role, link) for role, link in world.links.items()} if self.is_controller else {}
         trainer, algorithm = config.trainer, config.algorithm
         self.dpo = algorithm.name == "dpo"
 
@@ -96,7 +111,7 @@ class RLRun:
         if config.tokenizer and config.tokenizer.chat_template:
             self.tokenizer.chat_template = config.tokenizer.chat_template
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.dtype = _dtype(config.model.dtype)
+        self.dtype = torch_dtype(config.model.dtype)
 
         # Data before models: a bad record fails the run in seconds, not after the models load.
         # Every rank reads the same examples and walks the same seeded order.
@@ -111,9 +126,11 @@ class RLRun:
 
         hf_state = read_hf_state_dict(folder)
         self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer)
-        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype) if algorithm.needs_reference else None
+        self.needs_ref, self.needs_critic = algorithm.needs_reference, algorithm.needs_critic
+        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype) \
+            if self.needs_ref and "ref" not in self.remote_roles else None
         self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True) \
-            if algorithm.needs_critic else None
+            if self.needs_critic and "critic" not in self.remote_roles else None
         del hf_state
         self.dp_rank, self.dp_size = self.actor.place.dp_rank, self.actor.place.dp_size
 
@@ -121,7 +138,8 @@ class RLRun:
         if self.is_controller and config.reward is not None and not self.dpo:
             from ..rewards import Rewarder
 
-            self.rewarder = Rewarder(config.reward, base_dir)
+            remote = RemoteRewardModel(self.links["reward"]) if "reward" in self.links else None
+            self.rewarder = Rewarder(config.reward, base_dir, remote_model=remote)
 
         self.rollout = self.resharder = None
         if not self.dpo:
@@ -136,9 +154,7 @@ class RLRun:
             self.resharder = self._make_resharder()
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
-        self.checkpoints = Path(trainer.checkpoint.path).expanduser()
-        if not self.checkpoints.is_absolute():
-            self.checkpoints = base_dir / self.checkpoints
+        self.checkpoints = checkpoint_root(config, base_dir)
         self.step = 0
         self.updates = 0
         self.reshard_total = {"seconds": 0.0, "step_seconds": 0.0}
@@ -150,7 +166,7 @@ class RLRun:
         steps = ckpt.complete_steps(self.checkpoints)
         if not steps:
             return
-        state = ckpt.load(self.checkpoints, steps[-1])
+        state = ckpt.load(self.checkpoints, steps[-1], self.rank, self.config.world_size)
         self.actor.load_state_dict(state["actor"])
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
@@ -161,12 +177,25 @@ class RLRun:
             log.info("resumed from %s (step %d)", ckpt.step_dir(self.checkpoints, self.step), self.step)
 
     def save(self) -> Path:
+        """Every rank of the job writes its part, roles on ranks of their own too; the controller commits."""
         state = {"actor": self.actor.state_dict(), "loader": self.loader.state_dict(), "step": self.step,
                  "updates": self.updates, "rng": ckpt.rng_state()}
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
-        return ckpt.save(self.checkpoints, self.step, state, keep=self.config.trainer.checkpoint.keep,
-                         meta={"job": self.config.job, "algorithm": self.config.algorithm.name})
+        if self.is_controller:
+            ckpt.prepare(self.checkpoints, self.step)
+        dist.barrier()
+        for link in self.links.values():
+            link.send("save", {"step": self.step})
+        ckpt.write_part(self.checkpoints, self.step, self.rank, state)
+        dist.barrier()
+        if self.is_controller:
+            for link in self.links.values():
+                link.result()
+            ckpt.commit(self.checkpoints, self.step, self.config.world_size, keep=self.config.trainer.checkpoint.keep,
+                        meta={"job": self.config.job, "algorithm": self.config.algorithm.name})
+        dist.barrier()
+        return ckpt.step_dir(self.checkpoints, self.step)
 
     def run(self, progress=None) -> dict[str, Any]:
         """Train to the last step; returns the controller's last record (empty on other ranks)."""
@@ -200,6 +229,8 @@ class RLRun:
             self.export(Path(trainer.export_path).expanduser())
         if self.is_controller and self.metrics is not None and self.metrics.jsonl and self.metrics.jsonl.exists():
             plot_rewards(read_jsonl(self.metrics.jsonl), self.run_dir / "reward_curve.png", f"{self.config.job} ({self.config.algorithm.name})")
+        for link in self.links.values():
+            link.send("stop")
         return last
 
     def _publish(self, record: dict[str, Any]) -> None:
@@ -222,7 +253,7 @@ class RLRun:
 
     def _generate(self, prompts: list[list[int]], sampling, seed: int) -> list[tuple[int, list[int], list[float]]]:
         """Generate on every rank for its share of prompts; every rank gets all completions in prompt order."""
-        mine = shard_rows(len(prompts), self.rank, self.world)
+        mine = shard_rows(len(prompts), self.rank, self.actor_size)
         # vLLM samples from torch's global generator: seeding it per step and rank makes a resumed
         # run draw the same samples as an uninterrupted one.
         torch.manual_seed(seed)
@@ -230,8 +261,8 @@ class RLRun:
         # GPU: free the KV cache (and vLLM's weight copy) while Megatron trains (no-op on CPU).
         self.rollout.sleep()
         local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions]
-        gathered: list = [None] * self.world
-        dist.all_gather_object(gathered, local)
+        gathered: list = [None] * self.actor_size
+        dist.all_gather_object(gathered, local, group=self.actor_group)
         return [item for part in gathered for item in part]
 
     # -- one step -----------------------------------------------------------------------------------
@@ -265,12 +296,17 @@ class RLRun:
         R = batch.mask.shape[1]
         batch.old_logprobs = _logprob_rows([c[2] for c in completions], R)
 
-        if self.ref is not None:
+        # Roles on ranks of their own get both questions before either answer is awaited.
+        if self.needs_ref:
+            self._ask("ref", "logprobs", batch)
+        if self.needs_critic:
+            self._ask("critic", "values", batch)
+        if self.needs_ref:
             with timer("reference"):
-                batch.ref_logprobs = self._all_rows(self.ref.response_logprobs, batch)
-        if self.critic is not None:
+                batch.ref_logprobs = self._rows("ref", self.ref, batch)
+        if self.needs_critic:
             with timer("values"):
-                batch.old_values = self._all_rows(self.critic.response_values, batch)
+                batch.old_values = self._rows("critic", self.critic, batch)
 
         with timer("advantages"):
             kl = None
@@ -290,7 +326,7 @@ class RLRun:
             prompts = [self.encoder.text(examples[i]) for i, _, _ in completions]
             answers = [examples[i].answer for i, _, _ in completions]
             holder[0] = self.rewarder.score(prompts, texts, answers)
-        dist.broadcast_object_list(holder, src=0)
+        dist.broadcast_object_list(holder, src=0, group=self.actor_group)
         scores, parts = holder[0]
         return torch.tensor(scores, dtype=torch.float32), parts
 
@@ -322,58 +358,24 @@ class RLRun:
         """Mini-batch updates of the actor (and critic) over this step's sequences, split over DP."""
         trainer, algorithm = self.config.trainer, self.config.algorithm
         size = trainer.mini_batch_size or len(batch)
-        stats: list[dict[str, float]] = []
-        policy_loss = self._policy_loss_fn()
-        value_loss = self._value_loss_fn() if self.critic is not None else None
+        plan = []  # (start, end, lr) of every update, in order
         for _ in range(algorithm.update_epochs):
             for start in range(0, len(batch), size):
-                mini = batch.select(slice(start, min(start + size, len(batch))))
-                mine = mini.select(shard_rows(len(mini), self.dp_rank, self.dp_size))
-                mbs = micro_batches(mine, trainer.micro_batch_size)
-                lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
-                step_stats = self.actor.train_step(mbs, policy_loss, lr)
-                if self.critic is not None:
-                    critic_stats = self.critic.train_step(mbs, value_loss, lr)
-                    step_stats.update({f"critic/{k}": v for k, v in critic_stats.items()})
-                self.updates += 1
-                stats.append(step_stats)
-        return _mean_over_world({k: sum(s[k] for s in stats) / len(stats) for k in stats[0]})
-
-    def _policy_loss_fn(self):
-        algorithm = self.config.algorithm
-        kl_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward and algorithm.name != "dpo"
-
-        def loss_fn(logits: torch.Tensor, mb: SeqBatch):
-            logp = response_logprobs_from_logits(logits, mb)
-            loss, st = A.policy_loss(logp, mb.old_logprobs, mb.advantages, mb.mask, algorithm.clip_ratio,
-                                     algorithm.clip_ratio_high, algorithm.loss_aggregation)
-            stats = {"policy_loss": loss.detach(), **st}
-            if kl_loss:
-                kl = A.kl_estimate(logp, mb.ref_logprobs, algorithm.kl_estimator)
-                kl_term = A.aggregate(kl, mb.mask, algorithm.loss_aggregation)
-                loss = loss + algorithm.kl_coef * kl_term
-                stats["kl_loss"] = kl_term.detach()
-            want_grad = algorithm.entropy_coef > 0
-            with torch.set_grad_enabled(want_grad and torch.is_grad_enabled()):
-                entropy = vocab_parallel_entropy(logits) * mb.mask
-                ent = A.aggregate(entropy, mb.mask, algorithm.loss_aggregation)
-            if want_grad:
-                loss = loss - algorithm.entropy_coef * ent
-            stats["entropy"] = ent.detach()
-            return loss, stats
-
-        return loss_fn
-
-    def _value_loss_fn(self):
-        algorithm = self.config.algorithm
-        ppo = algorithm.ppo or PPOSpec()
-
-        def loss_fn(values: torch.Tensor, mb: SeqBatch):
-            v = values.float() * mb.mask
-            loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, ppo.value_clip, algorithm.loss_aggregation)
-            return loss * ppo.value_loss_coef, {"value_loss": loss.detach()}
-
-        return loss_fn
+                plan.append((start, min(start + size, len(batch)),
+                             learning_rate(trainer.optimizer, self.updates + len(plan), self._total_updates())))
+        self.updates += len(plan)
+        if self.needs_critic:
+            self._ask("critic", "train", {"batch": batch, "plan": plan})  # trains while the actor does
+        stats = _mean(self.actor.train_plan(batch, plan, policy_loss_fn(algorithm), trainer.micro_batch_size))
+        out = mean_over(stats, self.actor_group)
+        if self.needs_critic:
+            if self.critic is not None:
+                critic = mean_over(_mean(self.critic.train_plan(batch, plan, value_loss_fn(algorithm), trainer.micro_batch_size)),
+                                   self.actor_group)
+            else:
+                critic = self._answer("critic")
+            out.update({f"critic/{k}": v for k, v in critic.items()})
+        return out
 
     def dpo_step(self, timer: Timer) -> dict[str, Any]:
         trainer, algorithm = self.config.trainer, self.config.algorithm
@@ -388,9 +390,9 @@ class RLRun:
                 prompts.append(p)
                 responses.append(self.tokenizer.encode(text, add_special_tokens=False) + ([eos] if eos is not None else []))
         batch = pack(prompts, responses, self.pad_id)
+        self._ask("ref", "logprobs", batch)
         with timer("reference"):
-            ref = self._all_rows(self.ref.response_logprobs, batch)
-        batch.ref_logprobs = ref
+            batch.ref_logprobs = self._rows("ref", self.ref, batch)
         # For dpo the batch sizes count pairs: a micro-batch of k pairs holds 2k rows.
         pairs = len(examples)
         size = trainer.mini_batch_size or pairs
@@ -410,8 +412,7 @@ class RLRun:
                 lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
                 updates.append(self.actor.train_step(micro_batches(batch.select(rows), 2 * trainer.micro_batch_size), loss_fn, lr))
                 self.updates += 1
-        stats = {k: sum(u[k] for u in updates) / len(updates) for k in updates[0]}
-        return {"lr": lr, **_mean_over_world(stats)}
+        return {"lr": lr, **mean_over(_mean(updates), self.actor_group)}
 
     # -- validation and export -----------------------------------------------------------------------
 
@@ -433,7 +434,7 @@ class RLRun:
         if self.is_controller:
             export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)
             log.info("exported the policy to %s", out)
-        dist.barrier()
+        dist.barrier(group=self.actor_group)
 
     def _make_resharder(self):
         """The training->generation switch for this rank's place in the actor's layout."""
@@ -462,21 +463,24 @@ class RLRun:
         minis = math.ceil(per_step / (trainer.mini_batch_size or per_step))
         return self.total_steps * minis * algorithm.update_epochs
 
-    def _all_rows(self, compute, batch: SeqBatch) -> torch.Tensor:
-        """Run `compute` (a per-micro-batch forward) on this DP rank's rows; every rank gets all rows."""
-        rows = shard_rows(len(batch), self.dp_rank, self.dp_size)
-        mine = batch.select(rows)
-        size = self.config.trainer.micro_batch_size
-        mbs = micro_batches(mine, size) if len(mine) else []
-        if mbs and self.actor.place.pp > 1:
-            mbs[-1] = pad_rows(mbs[-1], size)
-        parts = compute(mbs)
-        local = torch.cat(parts)[:len(mine)] if parts else torch.zeros(0, batch.mask.shape[1])
-        from megatron.core import parallel_state as ps
+    def _ask(self, role: str, command: str, payload: Any) -> None:
+        """Send a role on ranks of its own a command (controller; nothing for colocated roles)."""
+        if role in self.links:
+            self.links[role].send(command, payload)
 
-        gathered: list = [None] * self.dp_size
-        dist.all_gather_object(gathered, local, group=ps.get_data_parallel_group())
-        return torch.cat(gathered)
+    def _answer(self, role: str) -> Any:
+        """The role's reply to the oldest pending command, on every actor rank."""
+        holder = [self.links[role].result() if self.is_controller else None]
+        if self.actor_size > 1:
+            dist.broadcast_object_list(holder, src=0, group=self.actor_group)
+        return holder[0]
+
+    def _rows(self, role: str, model: MegatronLM | None, batch: SeqBatch) -> torch.Tensor:
+        """Log-probs (reference) or values (critic) of every row, from the colocated model or the role's ranks."""
+        if role in self.remote_roles:
+            return self._answer(role)
+        compute = model.response_values if model.value_head else model.response_logprobs
+        return model.rows_over_dp(compute, batch, self.config.trainer.micro_batch_size)
 
 
 def _logprob_rows(rows: list[list[float]], width: int) -> torch.Tensor:
@@ -487,13 +491,11 @@ def _logprob_rows(rows: list[list[float]], width: int) -> torch.Tensor:
     return out
 
 
-def _mean_over_world(stats: dict[str, float]) -> dict[str, float]:
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, stats)
-    return {k: sum(g[k] for g in gathered) / len(gathered) for k in stats}
+def _mean(stats: list[dict[str, float]]) -> dict[str, float]:
+    return {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
 
 
-def _dtype(name: str) -> torch.dtype:
+def torch_dtype(name: str) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]

@@ -51,7 +51,13 @@ def spawn_local_ranks(count: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import faulthandler
+    import signal
+
     from .world import RankEnv, WorldError
+
+    # `kill -USR1 <pid>` prints where a rank is (a rank that waits on a peer, for one).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     per_pod = int(os.environ.get("KUBERL_PROCS_PER_POD", "1") or 1)
     if per_pod > 1 and "LOCAL_RANK" not in os.environ and "RANK" not in os.environ:
@@ -85,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ..config.topology import EngineConfig
-    from .world import init_model_parallel, init_world
+    from .role_worlds import join
+    from .world import init_model_parallel
 
     torch.set_num_threads(_threads(os.environ))
     try:
@@ -96,16 +103,21 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(os.environ.get("KUBERL_RUN_DIR", config.trainer.checkpoint.path)).expanduser()
     run = None
     try:
-        init_world(env)
-        actor = config.roles["actor"]
-        init_model_parallel(actor.layout.tp, actor.layout.pp, config.trainer.seed)
-        from .rl import RLRun
+        from .rl import RLRun, check_supported
 
-        run = RLRun(config, run_dir)
-        report = _reporter(run, env.rank == 0)
-        last = run.run(progress=report)
-        if env.rank == 0:
-            _summary(run, last)
+        check_supported(config)  # before any rank waits for another: every rank refuses the same job alike
+        world = join(env, config)
+        init_model_parallel(world.block.tp, world.block.pp, config.trainer.seed)
+        if world.role == "actor":
+            run = RLRun(config, world, run_dir)
+            report = _reporter(run, env.rank == 0)
+            last = run.run(progress=report)
+            if env.rank == 0:
+                _summary(run, last)
+        else:
+            from .roles import RoleWorker
+
+            RoleWorker(config, world).serve()
         import torch.distributed as dist
 
         dist.barrier()

@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Mapping
 
-import torch
 import torch.distributed as dist
 
 log = logging.getLogger("kuberl.engine")
 
 DEFAULT_TIMEOUT_S = 600
+DEFAULT_LINK_TIMEOUT_S = 3600
 
 
 class WorldError(RuntimeError):
@@ -34,6 +33,8 @@ class RankEnv:
     master_port: int
     role: str
     timeout_s: int
+    link_timeout_s: int = DEFAULT_LINK_TIMEOUT_S
+    """How long a role on ranks of its own waits for the controller's next command: a whole step."""
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> "RankEnv":
@@ -58,24 +59,12 @@ class RankEnv:
             raise WorldError(f"rank {rank} is outside the world of {world} ranks")
         return cls(rank=rank, world_size=world, local_rank=local_rank,
                    master_addr=environ.get("MASTER_ADDR", "127.0.0.1"), master_port=integer("MASTER_PORT", 29500),
-                   role=environ.get("KUBERL_ROLE", "actor"), timeout_s=integer("KUBERL_TIMEOUT_S", DEFAULT_TIMEOUT_S))
-
-
-def init_world(env: RankEnv) -> None:
-    """Join the world: NCCL between GPUs, gloo on CPU. Every collective gives up after env.timeout_s,
-    so a rank that dies or hangs ends the run with an error instead of a wait without end."""
-    os.environ.setdefault("MASTER_ADDR", env.master_addr)
-    os.environ.setdefault("MASTER_PORT", str(env.master_port))
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if torch.cuda.is_available():
-        torch.cuda.set_device(env.local_rank)
-    dist.init_process_group(backend, rank=env.rank, world_size=env.world_size, timeout=timedelta(seconds=env.timeout_s),
-                            init_method=f"tcp://{env.master_addr}:{env.master_port}")
-    log.info("rank %d of %d joined (%s, %s:%d)", env.rank, env.world_size, backend, env.master_addr, env.master_port)
+                   role=environ.get("KUBERL_ROLE", "actor"), timeout_s=integer("KUBERL_TIMEOUT_S", DEFAULT_TIMEOUT_S),
+                   link_timeout_s=integer("KUBERL_LINK_TIMEOUT_S", DEFAULT_LINK_TIMEOUT_S))
 
 
 def init_model_parallel(tp: int, pp: int, seed: int) -> None:
-    """megatron-core's process groups for (tp, pp) over the world (dp is what remains)."""
+    """megatron-core's process groups for (tp, pp) over this rank's world (dp is what remains)."""
     from ..compat import megatron_cpu
 
     megatron_cpu.apply()

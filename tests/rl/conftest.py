@@ -30,7 +30,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def manifest(path: Path, model: Path, run: Path, *, name: str = "tiny", algorithm: dict | None = None,
              layout: dict | None = None, roles: dict | None = None, steps: int = 2, data: dict | None = None,
-             samples: int = 4, **trainer) -> Path:
+             samples: int = 4, reward: dict | None = None, **trainer) -> Path:
     """An RLJob for the tiny model that writes everything under `run`."""
     spec = {
         "model": {"path": str(model), "dtype": "float32"},
@@ -38,7 +38,7 @@ def manifest(path: Path, model: Path, run: Path, *, name: str = "tiny", algorith
                          "maxPromptLength": 64},
         "algorithm": algorithm or {"name": "grpo"},
         "rollout": {"samplesPerPrompt": samples, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
-        "reward": {"rules": [{"name": "math_answer"}, {"name": "length_penalty", "weight": 0.1, "args": {"max_chars": 6}}]},
+        "reward": reward or {"rules": [{"name": "math_answer"}, {"name": "length_penalty", "weight": 0.1, "args": {"max_chars": 6}}]},
         "roles": {"actor": {"replicas": 1, "gpusPerReplica": 2, "layout": layout or {"dp": 2}}, **(roles or {})},
         "trainer": {"totalSteps": steps, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3,
                     "optimizer": {"lr": 1e-4},
