@@ -3,7 +3,9 @@
 1. a bf16 TP=1 training step of SmolLM2 on megatron-core (forward, backward, AdamW step);
 2. vLLM (PyPI's CUDA build) generation in the same process;
 3. a weight update from the trained model into vLLM, and the completions changing;
-4. vLLM sleep and wake, with the device memory it frees (torch.cuda.mem_get_info before and after).
+4. vLLM sleep and wake, with the device memory it frees (torch.cuda.mem_get_info before and after);
+5. the RL loop's MegatronLM (DDP, distributed optimizer, bf16): a step, its optimizer state and
+   gradients off the device and back (memory_allocated before and after), and a second step.
 Prints one JSON object; exit status 1 if any check fails.
 
     python bench/gpu_check.py
@@ -12,6 +14,7 @@ Prints one JSON object; exit status 1 if any check fails.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -91,7 +94,33 @@ def main() -> int:
     again = rollout.generate(prompts, greedy)
     report["same_after_wake"] = [c.token_ids for c in again] == [c.token_ids for c in after]
 
-    ok = report["completions_changed"] and report["sleep_freed_gib"] > 0.5 and report["same_after_wake"]
+    # The trainer's side of the hybrid engine: Megatron DDP + distributed optimizer (the RL loop's
+    # MegatronLM) moves its optimizer state and gradient buffers off the device for rollout.
+    from kuberl.engine.config.trainer import OptimizerSpec
+    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.runtime.sequences import micro_batches, pack
+
+    del model, optimizer, losses, loss
+    torch.cuda.empty_cache()
+    lm = MegatronLM(arch, read_hf_state_dict(folder), dtype=torch.bfloat16, optimizer=OptimizerSpec.model_validate({"lr": 1e-5}))
+    batch = pack([p for p in prompts], [c.token_ids for c in after], pad_id=0)
+
+    def nll(logits, mb):
+        logp = response_logprobs_from_logits(logits, mb)
+        return -(logp.sum() / mb.mask.sum()), {}
+
+    first = lm.train_step(micro_batches(batch, 4), nll, 1e-5)
+    held = torch.cuda.memory_allocated()
+    report["offload_freed_gib"] = round(lm.offload() / 2**30, 3)
+    report["offload_allocated_gib_before_after"] = [round(held / 2**30, 3), round(torch.cuda.memory_allocated() / 2**30, 3)]
+    started = time.perf_counter()
+    lm.onload()
+    report["onload_seconds"] = round(time.perf_counter() - started, 3)
+    second = lm.train_step(micro_batches(batch, 4), nll, 1e-5)
+    report["train_after_onload"] = {"grad_norm_first": round(first["grad_norm"], 4), "grad_norm_second": round(second["grad_norm"], 4)}
+    offload_ok = report["offload_freed_gib"] > 0.1 and all(math.isfinite(x["grad_norm"]) for x in (first, second))
+
+    ok = report["completions_changed"] and report["sleep_freed_gib"] > 0.5 and report["same_after_wake"] and offload_ok
     report["ok"] = bool(ok)
     print(json.dumps(report, indent=2))
     return 0 if ok else 1

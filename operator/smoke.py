@@ -70,8 +70,10 @@ def report(step: dict, ranks: int) -> str:
         f"  training layout : TP=2 PP=1 DP={ranks // 2} (megatron-core)",
         f"  rollout layout  : TP=1, {ranks} vLLM replicas (one per rank)",
         f"  rollout         : {phases.get('rollout', 0.0):.2f} s, {step['rollout_tokens_per_second']:.0f} tokens/s",
-        f"  switch          : {switch:.3f} s, {step['reshard_bytes'] / 1e6:.2f} MB gathered by rank 0; "
-        "hidden behind other work: 0% (the switch does not overlap yet)",
+        f"  switch          : to rollout {switch:.3f} s, {step['reshard_bytes'] / 1e6:.2f} MB gathered by rank 0; "
+        f"back to training {step['switch_back_seconds']:.3f} s; hidden behind reward scoring: "
+        f"{100 * step['switch_hidden_share']:.0f}% ({step['switch_back_hidden_seconds']:.3f} s; on CPU there is "
+        "no optimizer state to move back, so little to hide)",
         f"  training        : {phases.get('train', 0.0):.2f} s, policy loss {step['policy_loss']:.4f}, "
         f"grad norm {step['grad_norm']:.3f}",
         f"  reward          : {step['reward_mean']:.3f} (a random model: negative, its answers are long and wrong)",

@@ -49,6 +49,7 @@ class Resharder:
         """Yield (Hugging Face name, tensor) for the whole model; `local` is this rank's Megatron state."""
         started = time.perf_counter()
         received = sent = 0
+        device = next(iter(local.values())).device  # NCCL sends and receives device tensors
         for bucket in self.plan:
             for unit in bucket:
                 pieces = []
@@ -62,7 +63,7 @@ class Resharder:
                                 dist.send(tensor, dst=peer, group=self.group)
                                 sent += tensor.numel() * self.element_size
                     else:
-                        tensor = torch.empty(piece.shape, dtype=self.dtype)
+                        tensor = torch.empty(piece.shape, dtype=self.dtype, device=device)
                         dist.recv(tensor, src=owner, group=self.group)
                         received += tensor.numel() * self.element_size
                     pieces.append(tensor)

@@ -21,9 +21,12 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_response_length_mean": ("Mean response length in tokens in the last step", "response_length_mean"),
     "kuberl_rollout_tokens_per_second": ("Generated tokens per second in the last step's rollout", "rollout_tokens_per_second"),
     "kuberl_reshard_seconds": ("Seconds of the last training-to-generation switch", "reshard_seconds"),
+    "kuberl_switch_back_seconds": ("Seconds of the last generation-to-training switch (vLLM sleep, optimizer state back)", "switch_back_seconds"),
+    "kuberl_switch_hidden_share": ("Share of the last step's switches hidden behind reward scoring", "switch_hidden_share"),
+    "kuberl_offloaded_bytes": ("Device bytes the trainers freed for the last rollout (0 on CPU)", "offloaded_bytes"),
     "kuberl_validation_reward_mean": ("Mean reward of greedy responses on the validation set", "validation_reward_mean"),
 }
-PHASES = ("reshard", "rollout", "reward", "reference", "values", "advantages", "train", "checkpoint", "validation")
+PHASES = ("reshard", "rollout", "reward", "switch_back", "reference", "values", "advantages", "train", "checkpoint", "validation")
 
 
 class RunMetrics:

@@ -135,6 +135,10 @@ class MegatronLM:
         if missing or unexpected:
             raise RuntimeError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         module.config.batch_p2p_comm = False  # gloo has no batched isend/irecv
+        # Built on the host (use_cpu_initialization); on a GPU machine the shard then moves to this
+        # rank's device, where DDP, the optimizer and every micro-batch live.
+        self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        module.to(self.device)
         self.trainable = optimizer is not None
         if not self.trainable:
             module.requires_grad_(False)
@@ -163,10 +167,10 @@ class MegatronLM:
         value_head = self.value_head
 
         def forward_step(data_iterator, model):
-            mb = next(data_iterator)
+            mb = next(data_iterator).to(self.device)
             self.positions = response_positions(mb).T.contiguous()
-            positions = torch.arange(seq).unsqueeze(0).expand(mb.input_ids.shape[0], seq)
-            output = model(mb.input_ids, positions, causal_mask(seq), labels=None)
+            positions = torch.arange(seq, device=self.device).unsqueeze(0).expand(mb.input_ids.shape[0], seq)
+            output = model(mb.input_ids, positions, causal_mask(seq, self.device), labels=None)
             if value_head and ps.is_pipeline_last_stage():
                 output = output.squeeze(-1)
             return output, lambda out: loss_fn(out, mb)
@@ -190,7 +194,7 @@ class MegatronLM:
             return logits.sum() * 0, {"out": response_logprobs_from_logits(logits, mb)}
 
         self.model.eval()
-        return [r["out"] for r in self._schedule(batches, collect, forward_only=True)]
+        return [r["out"].cpu() for r in self._schedule(batches, collect, forward_only=True)]
 
     @torch.no_grad()
     def response_values(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
@@ -199,7 +203,7 @@ class MegatronLM:
             return values.sum() * 0, {"out": values.float() * mb.mask}
 
         self.model.eval()
-        return [r["out"] for r in self._schedule(batches, collect, forward_only=True)]
+        return [r["out"].cpu() for r in self._schedule(batches, collect, forward_only=True)]
 
     def train_step(self, batches: list[SeqBatch], loss_fn: LossFn, lr: float) -> dict[str, float]:
         """One optimizer update over the micro-batches (gradients accumulate over them and average over DP)."""
@@ -240,6 +244,26 @@ class MegatronLM:
             mine = mini.select(shard_rows(len(mini), self.place.dp_rank, self.place.dp_size))
             stats.append(self.train_step(micro_batches(mine, micro_batch_size), loss_fn, lr))
         return stats
+
+    # -- device memory around rollout ------------------------------------------------------------
+
+    def offload(self) -> int:
+        """GPU: move the optimizer state (main parameters, Adam moments) to host memory and free the
+        gradient buffers while vLLM generates; returns the device bytes freed (0 on CPU, or frozen)."""
+        if self.optimizer is None or not torch.cuda.is_available():
+            return 0
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        self.optimizer.offload_to_cpu()
+        self.model.offload_grad_buffers(synchronize=True, empty_cache=True)
+        return max(0, before - torch.cuda.memory_allocated())
+
+    def onload(self) -> None:
+        """GPU: bring back what `offload` moved, before the next training step."""
+        if self.optimizer is None or not torch.cuda.is_available():
+            return
+        self.optimizer.restore_from_cpu()
+        self.model.restore_grad_buffers(synchronize=True)
 
     # -- state ----------------------------------------------------------------------------------
 

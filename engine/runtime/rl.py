@@ -38,6 +38,7 @@ from ..models.loading import export_hf_folder, read_hf_config, read_hf_state_dic
 from . import checkpoint as ckpt
 from .losses import policy_loss_fn, value_loss_fn
 from .metrics import RunMetrics, plot_rewards, read_jsonl
+from .overlap import Background
 from .policy import MegatronLM, learning_rate, response_logprobs_from_logits
 from .resolve import model_folder
 from .role_worlds import RoleWorld
@@ -220,7 +221,10 @@ class RLRun:
             record["step_seconds"] = sum(timer.seconds.values())
             self.reshard_total["seconds"] += timer.seconds.get("reshard", 0.0)
             self.reshard_total["step_seconds"] += record["step_seconds"]
-            record["reshard_share"] = timer.seconds.get("reshard", 0.0) / max(record["step_seconds"], 1e-9)
+            # The switch's share of the step: streaming into vLLM plus the part of the switch back that was not hidden.
+            exposed = timer.seconds.get("reshard", 0.0) + timer.seconds.get("switch_back", 0.0)
+            self.reshard_total["seconds"] += timer.seconds.get("switch_back", 0.0)
+            record["reshard_share"] = exposed / max(record["step_seconds"], 1e-9)
             self._publish(record)
             if progress is not None and self.is_controller:
                 progress(record)
@@ -244,12 +248,25 @@ class RLRun:
     # -- the switch ---------------------------------------------------------------------------------
 
     def switch_to_rollout(self) -> dict[str, float]:
-        """Stream the actor's current weights into this rank's vLLM replica."""
+        """Make room (GPU: optimizer state and gradients leave the device), wake vLLM, and stream the
+        actor's current weights into this rank's replica."""
         assert self.rollout is not None and self.resharder is not None
+        offloaded = sum(model.offload() for model in self._trained_models())
         self.rollout.wake_up()  # GPU: vLLM's weights and KV cache come back (no-op on CPU)
         self.rollout.update_weights(self.resharder.stream(self.actor.megatron_state()))
         stats = self.resharder.stats.history[-1]
-        return {"reshard_seconds": stats["seconds"], "reshard_bytes": stats["bytes_received"]}
+        return {"reshard_seconds": stats["seconds"], "reshard_bytes": stats["bytes_received"], "offloaded_bytes": offloaded}
+
+    def switch_to_training(self) -> None:
+        """The switch back: vLLM sleeps (GPU: KV cache freed, its weights to host memory) and the
+        optimizer state and gradient buffers return. On CPU there is nothing to move."""
+        assert self.rollout is not None
+        self.rollout.sleep()
+        for model in self._trained_models():
+            model.onload()
+
+    def _trained_models(self) -> list[MegatronLM]:
+        return [m for m in (self.actor, self.critic) if m is not None]
 
     def _generate(self, prompts: list[list[int]], sampling, seed: int) -> list[tuple[int, list[int], list[float]]]:
         """Generate on every rank for its share of prompts; every rank gets all completions in prompt order."""
@@ -258,8 +275,6 @@ class RLRun:
         # run draw the same samples as an uninterrupted one.
         torch.manual_seed(seed)
         completions = self.rollout.generate([prompts[i] for i in mine], sampling) if len(mine) else []
-        # GPU: free the KV cache (and vLLM's weight copy) while Megatron trains (no-op on CPU).
-        self.rollout.sleep()
         local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions]
         gathered: list = [None] * self.actor_size
         dist.all_gather_object(gathered, local, group=self.actor_group)
@@ -285,8 +300,14 @@ class RLRun:
         record["rollout_tokens_per_second"] = tokens / max(timer.seconds["rollout"], 1e-9)
         record["response_length_mean"] = tokens / max(1, len(completions))
 
+        # The switch back to training needs nothing from the rewards: it runs while they are scored.
+        back = Background(self.switch_to_training)
         with timer("reward"):
             scores, reward_parts = self._score(examples, completions)
+        with timer("switch_back"):  # what the scoring did not hide
+            record["switch_back_seconds"], record["switch_back_hidden_seconds"] = back.join()
+        switch = record["reshard_seconds"] + record["switch_back_seconds"]
+        record["switch_hidden_share"] = record["switch_back_hidden_seconds"] / switch if switch > 0 else 0.0
         record["reward_mean"] = float(scores.mean())
         record.update({f"reward/{k}": v for k, v in reward_parts.items()})
 
@@ -423,6 +444,7 @@ class RLRun:
         prompts = [self.encoder.encode(e) for e in self.validation]
         greedy = Sampling(max_new_tokens=self.config.rollout.max_new_tokens, temperature=0.0, stop_token_ids=self._stop_ids())
         completions = self._generate(prompts, greedy, seed=0)
+        self.switch_to_training()
         scores, _ = self._score(self.validation, completions)
         return {"validation_reward_mean": float(scores.mean())}
 

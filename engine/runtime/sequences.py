@@ -32,6 +32,9 @@ class SeqBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def to(self, device: torch.device) -> "SeqBatch":
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self) if getattr(self, f.name) is not None})
+
     def select(self, rows: Sequence[int] | slice) -> "SeqBatch":
         index = torch.arange(len(self))[rows] if isinstance(rows, slice) else torch.as_tensor(list(rows), dtype=torch.long)
         return replace(self, **{f.name: getattr(self, f.name)[index] for f in fields(self) if getattr(self, f.name) is not None})
