@@ -97,8 +97,9 @@ def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float) 
         codes = [p.poll() for p in procs]
         failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
         if failed:
-            # The first to fail is the cause; the others usually fail because of it.
-            rank, code = failed[0]
+            # The first to fail is the cause; the others usually fail because of it. Several may be
+            # seen in one poll: a rank killed by a signal did not fail because of a peer.
+            rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0].rank))
             _stop(procs)
             print(f"kuberl run: rank {rank.rank} (role {rank.role}) exited with code {code}; its log: {rank.log}",
                   file=sys.stderr)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,19 @@ def run_job(kuberl_cli: str):
     def run(job: Path, out: Path, timeout: int = 600) -> subprocess.CompletedProcess:
         return kuberl_run(kuberl_cli, job, out, timeout)
     return run
+
+
+@pytest.fixture
+def start_training(kuberl_cli: str):
+    """`kuberl run` started and past its first step; gives the process and the ranks' pids."""
+    def start(job: Path, run: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+        proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists():  # training is under way
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"the run did not get going: {proc.communicate()[1][-3000:]}")
+            time.sleep(0.5)
+        return proc, {rank: int(pid) for rank, pid in json.loads((run / "logs" / "ranks.json").read_text()).items()}
+    return start

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -106,3 +108,17 @@ def test_roles_on_their_own_ranks_compute_what_they_compute_colocated(make_job, 
     parts = sorted(p.name for p in (own / "ckpt" / "step-00000002").glob("rank-*.pt"))
     assert parts == [f"rank-{r:05d}.pt" for r in range(6)]
     assert "critic" in torch.load(own / "ckpt" / "step-00000002" / "rank-00002.pt", weights_only=False)
+
+
+@pytest.mark.slow
+def test_a_killed_role_rank_ends_the_run_with_its_name(make_job, start_training) -> None:
+    job, run = make_job(algorithm={"name": "ppo"}, samples=2, steps=50, roles={"critic": {"replicas": 1}})
+    proc, pids = start_training(job, run)
+    try:
+        os.kill(pids["2"], signal.SIGKILL)  # the critic's only rank
+        _, err = proc.communicate(timeout=120)  # no hang: the controller's link fails at once
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "rank 2 (role critic) exited with code -9" in err

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -107,24 +106,9 @@ def test_resume_is_exact_pp2(make_job, run_job) -> None:
     assert records(straight)[-1]["reward_mean"] == records(resumed)[-1]["reward_mean"]
 
 
-def training(kuberl_cli: str, job: Path, run: Path):
-    """`kuberl run` started and past its first step; returns the process and the ranks' pids."""
-    import subprocess
-
-    proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300
-    while not (run / "metrics.jsonl").exists():  # training is under way
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the run did not get going: {proc.communicate()[1][-3000:]}")
-        time.sleep(0.5)
-    return proc, json.loads((run / "logs" / "ranks.json").read_text())
-
-
-def test_killed_rank_ends_the_run_with_its_name(make_job, kuberl_cli: str) -> None:
+def test_killed_rank_ends_the_run_with_its_name(make_job, start_training) -> None:
     job, run = make_job(steps=50)
-    proc, pids = training(kuberl_cli, job, run)
+    proc, pids = start_training(job, run)
     try:
         os.kill(pids["1"], signal.SIGKILL)
         _, err = proc.communicate(timeout=120)  # no hang: the run ends well within this
@@ -144,9 +128,9 @@ def test_bad_data_line_names_file_and_line(make_job, run_job, tmp_path: Path) ->
     assert f"{data}:2: not valid JSON" in result.stderr
 
 
-def test_ctrl_c_stops_every_rank(make_job, kuberl_cli: str) -> None:
+def test_ctrl_c_stops_every_rank(make_job, start_training) -> None:
     job, run = make_job(steps=50)
-    proc, pids = training(kuberl_cli, job, run)
+    proc, pids = start_training(job, run)
     try:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (here to `kuberl run` alone)
         _, err = proc.communicate(timeout=60)
