@@ -1,6 +1,6 @@
 """Summarise a finished run of the README's main job into bench/results/main_job.json (and copy its
 reward curve next to it): greedy validation accuracy before and after, time, and the switch's share
-of step time, all read from the run folder that `kuberl run` wrote.
+of step time (both directions; the switch back counts only where reward scoring did not hide it), all read from the run folder that `kuberl run` wrote.
 
 Usage: .venv/bin/kuberl run examples/grpo-smollm2-arith.yaml && .venv/bin/python bench/main_job/summarize.py
 """
@@ -26,6 +26,10 @@ def main() -> None:
     validation = [(r["step"], r["validation_reward_mean"]) for r in records if "validation_reward_mean" in r]
     step_seconds = sum(r["step_seconds"] for r in steps)
     reshard = sum(r["phase_seconds"].get("reshard", 0.0) for r in steps)
+    # The switch back to training runs behind reward scoring; only its exposed rest is a phase.
+    switch_back = sum(r["phase_seconds"].get("switch_back", 0.0) for r in steps)
+    back_total = sum(r.get("switch_back_seconds", 0.0) for r in steps)
+    back_hidden = sum(r.get("switch_back_hidden_seconds", 0.0) for r in steps)
     wall = (run / "reward_curve.png").stat().st_mtime - (run / "engine-config.json").stat().st_mtime
     summary = {
         "job": "examples/grpo-smollm2-arith.yaml",
@@ -35,8 +39,11 @@ def main() -> None:
         "wall_minutes": round(wall / 60, 1),
         "mean_step_seconds": round(step_seconds / len(steps), 1),
         "phase_share": {p: round(sum(r["phase_seconds"].get(p, 0.0) for r in steps) / step_seconds, 4)
-                        for p in ("rollout", "reshard", "train", "validation", "checkpoint")},
+                        for p in ("rollout", "reshard", "switch_back", "train", "validation", "checkpoint")},
         "reshard_share_of_step_time": round(reshard / step_seconds, 4),
+        "switch_share_of_step_time": round((reshard + switch_back) / step_seconds, 4),
+        "switch_back_seconds_total": round(back_total, 3),
+        "switch_back_hidden_share": round(back_hidden / back_total, 4) if back_total > 0 else None,
         "rollout_tokens_per_second_mean": round(sum(r["rollout_tokens_per_second"] for r in steps) / len(steps), 1),
         "training_reward_first_5_steps": round(sum(r["reward_mean"] for r in steps[:5]) / 5, 4),
         "training_reward_last_5_steps": round(sum(r["reward_mean"] for r in steps[-5:]) / 5, 4),
