@@ -103,7 +103,7 @@ def main() -> int:
     del model, optimizer, losses, loss
     torch.cuda.empty_cache()
     lm = MegatronLM(arch, read_hf_state_dict(folder), dtype=torch.bfloat16, optimizer=OptimizerSpec.model_validate({"lr": 1e-5}))
-    batch = pack([p for p in prompts], [c.token_ids for c in after], pad_id=0)
+    batch = pack(prompts, [c.token_ids for c in after], pad_id=0)
 
     def nll(logits, mb):
         logp = response_logprobs_from_logits(logits, mb)

@@ -42,7 +42,7 @@ from .overlap import Background
 from .policy import MegatronLM, learning_rate, response_logprobs_from_logits
 from .resolve import model_folder
 from .role_worlds import RoleWorld
-from .roles import RemoteRewardModel, RoleLink, checkpoint_root, mean_over
+from .roles import RemoteRewardModel, RoleLink, checkpoint_root, mean_of, mean_over
 from .sequences import SeqBatch, micro_batches, pack, shard_rows
 
 log = logging.getLogger("kuberl.engine")
@@ -91,11 +91,12 @@ class RLRun:
     """One rank's part of a job: models, rollout engine, data, and the step loop."""
 
     def __init__(self, config: EngineConfig, world: RoleWorld, run_dir: Path, base_dir: Path = Path(".")):
-        check_supported(config)
+        """`config` has passed check_supported (the worker checks it before any rank joins)."""
         self.config, self.run_dir = config, run_dir
-        self.rank = dist.get_rank()  # the actor's ranks come first: the same as the global rank
+        # The default group is the actor's own world; its ranks come first in the job, so a rank
+        # here is also the global rank.
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.is_controller = self.rank == 0
-        self.actor_group, self.actor_size = None, dist.get_world_size()
         self.remote_roles = set(world.remote_roles())
         self.links = {role: RoleLink(role, link) for role, link in world.links.items()} if self.is_controller else {}
         trainer, algorithm = config.trainer, config.algorithm
@@ -219,11 +220,10 @@ class RLRun:
             record["step"] = self.step
             record["phase_seconds"] = dict(timer.seconds)
             record["step_seconds"] = sum(timer.seconds.values())
-            self.reshard_total["seconds"] += timer.seconds.get("reshard", 0.0)
-            self.reshard_total["step_seconds"] += record["step_seconds"]
             # The switch's share of the step: streaming into vLLM plus the part of the switch back that was not hidden.
             exposed = timer.seconds.get("reshard", 0.0) + timer.seconds.get("switch_back", 0.0)
-            self.reshard_total["seconds"] += timer.seconds.get("switch_back", 0.0)
+            self.reshard_total["seconds"] += exposed
+            self.reshard_total["step_seconds"] += record["step_seconds"]
             record["reshard_share"] = exposed / max(record["step_seconds"], 1e-9)
             self._publish(record)
             if progress is not None and self.is_controller:
@@ -270,14 +270,14 @@ class RLRun:
 
     def _generate(self, prompts: list[list[int]], sampling, seed: int) -> list[tuple[int, list[int], list[float]]]:
         """Generate on every rank for its share of prompts; every rank gets all completions in prompt order."""
-        mine = shard_rows(len(prompts), self.rank, self.actor_size)
+        mine = shard_rows(len(prompts), self.rank, self.world)
         # vLLM samples from torch's global generator: seeding it per step and rank makes a resumed
         # run draw the same samples as an uninterrupted one.
         torch.manual_seed(seed)
         completions = self.rollout.generate([prompts[i] for i in mine], sampling) if len(mine) else []
         local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions]
-        gathered: list = [None] * self.actor_size
-        dist.all_gather_object(gathered, local, group=self.actor_group)
+        gathered: list = [None] * self.world
+        dist.all_gather_object(gathered, local)
         return [item for part in gathered for item in part]
 
     # -- one step -----------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ class RLRun:
             prompts = [self.encoder.text(examples[i]) for i, _, _ in completions]
             answers = [examples[i].answer for i, _, _ in completions]
             holder[0] = self.rewarder.score(prompts, texts, answers)
-        dist.broadcast_object_list(holder, src=0, group=self.actor_group)
+        dist.broadcast_object_list(holder, src=0)
         scores, parts = holder[0]
         return torch.tensor(scores, dtype=torch.float32), parts
 
@@ -387,12 +387,11 @@ class RLRun:
         self.updates += len(plan)
         if self.needs_critic:
             self._ask("critic", "train", {"batch": batch, "plan": plan})  # trains while the actor does
-        stats = _mean(self.actor.train_plan(batch, plan, policy_loss_fn(algorithm), trainer.micro_batch_size))
-        out = mean_over(stats, self.actor_group)
+        stats = mean_of(self.actor.train_plan(batch, plan, policy_loss_fn(algorithm), trainer.micro_batch_size))
+        out = mean_over(stats)
         if self.needs_critic:
             if self.critic is not None:
-                critic = mean_over(_mean(self.critic.train_plan(batch, plan, value_loss_fn(algorithm), trainer.micro_batch_size)),
-                                   self.actor_group)
+                critic = mean_over(mean_of(self.critic.train_plan(batch, plan, value_loss_fn(algorithm), trainer.micro_batch_size)))
             else:
                 critic = self._answer("critic")
             out.update({f"critic/{k}": v for k, v in critic.items()})
@@ -433,7 +432,7 @@ class RLRun:
                 lr = learning_rate(trainer.optimizer, self.updates, self._total_updates())
                 updates.append(self.actor.train_step(micro_batches(batch.select(rows), 2 * trainer.micro_batch_size), loss_fn, lr))
                 self.updates += 1
-        return {"lr": lr, **mean_over(_mean(updates), self.actor_group)}
+        return {"lr": lr, **mean_over(mean_of(updates))}
 
     # -- validation and export -----------------------------------------------------------------------
 
@@ -456,7 +455,7 @@ class RLRun:
         if self.is_controller:
             export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)
             log.info("exported the policy to %s", out)
-        dist.barrier(group=self.actor_group)
+        dist.barrier()
 
     def _make_resharder(self):
         """The training->generation switch for this rank's place in the actor's layout."""
@@ -493,8 +492,8 @@ class RLRun:
     def _answer(self, role: str) -> Any:
         """The role's reply to the oldest pending command, on every actor rank."""
         holder = [self.links[role].result() if self.is_controller else None]
-        if self.actor_size > 1:
-            dist.broadcast_object_list(holder, src=0, group=self.actor_group)
+        if self.world > 1:
+            dist.broadcast_object_list(holder, src=0)
         return holder[0]
 
     def _rows(self, role: str, model: MegatronLM | None, batch: SeqBatch) -> torch.Tensor:
@@ -511,10 +510,6 @@ def _logprob_rows(rows: list[list[float]], width: int) -> torch.Tensor:
     for i, row in enumerate(rows):
         out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
     return out
-
-
-def _mean(stats: list[dict[str, float]]) -> dict[str, float]:
-    return {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
 
 
 def torch_dtype(name: str) -> torch.dtype:

@@ -71,10 +71,15 @@ class RoleFailure:
     message: str
 
 
-def mean_over(stats: dict[str, float], group: dist.ProcessGroup | None) -> dict[str, float]:
-    """The mean of each statistic over the ranks of `group` (None: the world)."""
-    gathered: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, stats, group=group)
+def mean_of(stats: list[dict[str, float]]) -> dict[str, float]:
+    """The mean of each statistic over several updates."""
+    return {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
+
+
+def mean_over(stats: dict[str, float]) -> dict[str, float]:
+    """The mean of each statistic over the ranks of this rank's world (its role's ranks)."""
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, stats)
     return {k: sum(g[k] for g in gathered) / len(gathered) for k in stats}
 
 
@@ -151,9 +156,7 @@ class RoleWorker:
         return self.model.rows_over_dp(self.model.response_values, batch, self.micro_batch_size)
 
     def _train(self, payload: dict[str, Any]) -> dict[str, float]:
-        stats = self.model.train_plan(payload["batch"], payload["plan"], self.value_loss, self.micro_batch_size)
-        mean = {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
-        return mean_over(mean, None)
+        return mean_over(mean_of(self.model.train_plan(payload["batch"], payload["plan"], self.value_loss, self.micro_batch_size)))
 
     def _score(self, payload: dict[str, Any]) -> list[float]:
         from .sequences import shard_rows

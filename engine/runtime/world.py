@@ -7,14 +7,11 @@ process's local rank, so every pod of a role can share one template.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass
 from typing import Mapping
 
 import torch.distributed as dist
-
-log = logging.getLogger("kuberl.engine")
 
 DEFAULT_TIMEOUT_S = 600
 DEFAULT_LINK_TIMEOUT_S = 3600
