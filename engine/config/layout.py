@@ -25,15 +25,16 @@ class ActorLayout(ParallelLayout):
     """The actor's training layout, and the tensor-parallel size of its vLLM replicas."""
 
     rollout_tp: int | None = Field(default=None, ge=1, le=1024)
-    """Tensor-parallel size of each vLLM replica (default 1); it must divide tp*pp."""
+    """Tensor-parallel size of each vLLM replica (default 1); it must divide tp. At 1 or tp each rank
+    receives exactly HybridFlow's bytes when the actor switches to generation."""
 
     RULES = (
         Rule(
-            message="rolloutTp must divide tp*pp: each rollout replica gathers its weights inside one training model-parallel group",
-            check=lambda s: s.rollout_tp is None or (s.tp * s.pp) % s.rollout_tp == 0,
-            cel="!has(self.rolloutTp) || (self.tp * self.pp) % self.rolloutTp == 0",
+            message="rolloutTp must divide tp: a rollout replica's shard is made of whole training TP shards",
+            check=lambda s: s.rollout_tp is None or s.tp % s.rollout_tp == 0,
+            cel="!has(self.rolloutTp) || self.tp % self.rolloutTp == 0",
             field="rolloutTp",
-            detail=lambda s: f"tp*pp = {s.tp * s.pp}, rolloutTp = {s.rollout_tp}",
+            detail=lambda s: f"tp = {s.tp}, rolloutTp = {s.rollout_tp}",
         ),
     )
 

@@ -1,13 +1,20 @@
 """What the hybrid engine moves when the actor switches from training to generation. Pure.
 
-Training layout (t, p, d) and generation layout (p_g = 1, t_g, d_g) share the same ranks. Each
-generation replica gathers its weights only inside its micro-DP group, never across the world.
-With t_g = 1 (one vLLM replica per rank, the CPU and small-model case) a rank's micro-DP group is
-its training model-parallel group (the t * p ranks of one data-parallel replica): every weight
-piece is sent once, by the rank that holds it, to the group's other ranks.
+Training layout (t, p, d) and generation layout (p_g = 1, t_g, d_g) share the same ranks, t_g
+dividing t. vLLM, like megatron-core, puts consecutive ranks in one tensor-parallel group, so the
+rank with training TP rank r is generation TP rank r % t_g, and its generation shard j is made of
+the training shards of TP ranks j*t/t_g .. (j+1)*t/t_g - 1 (`wanted_tp_ranks`), on every stage.
+A rank receives only the pieces of its generation shard that it does not hold, from the rank of
+its model-parallel group that holds them: the gather stays inside the group, never the world.
 
-HybridFlow (Table 2) puts the bytes a rank receives at (tp - t_g*p_g) / (t_g*p_g*tp) * M for a
-model of M bytes split evenly over tp = t*p ranks; `hybridflow_bytes` is that formula.
+- t_g = 1: every rank needs the whole model; its micro-DP group is its model-parallel group.
+- t_g = t: a rank needs its own TP shard of every stage; its micro-DP group is its pipeline group.
+  With p = 1 nothing moves at all.
+In both cases the bytes a rank receives are HybridFlow's (Table 2) (tp - t_g) / (t_g * tp) * M for
+a model of M bytes split evenly over tp = t*p ranks (`hybridflow_bytes`). For 1 < t_g < t the two
+rank orders do not line up (rank r's training shard lies in generation shard r // (t/t_g), but it
+serves generation shard r % t_g), so some ranks receive more than the formula; `received_bytes`
+counts exactly what they receive.
 """
 
 from __future__ import annotations
@@ -99,12 +106,35 @@ def buckets(units: list[Unit], bucket_bytes: int, element_size: int) -> list[lis
     return [b for b in out if b]
 
 
-def received_bytes(units: list[Unit], stage: int, tp_rank: int, element_size: int) -> int:
-    """Bytes the training rank (stage, tp_rank) receives: every piece it does not hold itself."""
+def generation_tp_rank(tp_rank: int, tg: int) -> int:
+    """The vLLM TP rank of the rank with training TP rank `tp_rank` (both group consecutive ranks)."""
+    return tp_rank % tg
+
+
+def wanted_tp_ranks(tp: int, tg: int, tp_rank: int) -> range:
+    """The training TP ranks whose shards make up the generation shard of the rank at `tp_rank`."""
+    if tg < 1 or tp % tg:
+        raise ValueError(f"the rollout's tensor-parallel size {tg} must divide the training's {tp}")
+    width = tp // tg
+    j = generation_tp_rank(tp_rank, tg)
+    return range(j * width, (j + 1) * width)
+
+
+def needs(piece: Piece, tp: int, tg: int, tp_rank: int) -> bool:
+    """Whether the rank at training TP rank `tp_rank` (any stage) needs `piece` for its generation shard."""
+    return piece.tp_rank is None or piece.tp_rank in wanted_tp_ranks(tp, tg, tp_rank)
+
+
+def holds(piece: Piece, stage: int, tp_rank: int) -> bool:
+    return piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank)
+
+
+def received_bytes(units: list[Unit], stage: int, tp_rank: int, element_size: int, tg: int = 1) -> int:
+    """Bytes the training rank (stage, tp_rank) receives: every piece it needs and does not hold."""
+    tp = max(len(unit.pieces) for unit in units)
     total = 0
     for unit in units:
         for piece in unit.pieces:
-            holds = piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank)
-            if not holds:
+            if needs(piece, tp, tg, tp_rank) and not holds(piece, stage, tp_rank):
                 total += piece.numel() * element_size
     return total

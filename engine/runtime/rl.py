@@ -79,8 +79,8 @@ def check_supported(config: EngineConfig) -> None:
             raise ConfigError(f"roles.reward.layout: a reward model runs data-parallel only (tp=1, pp=1), not "
                               f"tp={topo.layout.tp}, pp={topo.layout.pp}")
     actor = config.roles["actor"]
-    if actor.rollout_tp != 1:
-        raise ConfigError("roles.actor.layout.rolloutTp: only 1 is supported by this engine yet")
+    if actor.layout.tp % actor.rollout_tp:
+        raise ConfigError(f"roles.actor.layout.rolloutTp: {actor.rollout_tp} must divide the actor's tp={actor.layout.tp}")
     if config.algorithm.name in GROUP_BASELINE_ALGORITHMS and (config.rollout is None or config.rollout.samples_per_prompt < 2):
         raise ConfigError(f"rollout.samplesPerPrompt: {config.algorithm.name} needs at least 2 samples per prompt")
     if config.algorithm.name != "dpo" and config.reward is None:
@@ -143,17 +143,20 @@ class RLRun:
             remote = RemoteRewardModel(self.links["reward"]) if "reward" in self.links else None
             self.rewarder = Rewarder(config.reward, base_dir, remote_model=remote)
 
+        # vLLM replicas of rollout_tp consecutive ranks each (rollout_tp = 1: one per rank).
+        self.rollout_tp = config.roles["actor"].rollout_tp
+        self.replica, self.replicas = self.rank // self.rollout_tp, self.world // self.rollout_tp
         self.rollout = self.resharder = None
         if not self.dpo:
             from ..rollout.vllm_backend import VLLMRollout
 
             spec = config.rollout
             assert spec is not None
-            self.rollout = VLLMRollout(folder, dtype=_vllm_dtype(self.dtype), seed=trainer.seed + self.rank,
+            self.resharder = self._make_resharder(self.rollout_tp)  # refuses a layout it cannot serve before vLLM starts
+            self.rollout = VLLMRollout(folder, dtype=_vllm_dtype(self.dtype), seed=trainer.seed + self.replica,
                                        max_model_len=data.max_prompt_length + spec.max_new_tokens,
                                        kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
-                                       skip_tokenizer_init=True)
-            self.resharder = self._make_resharder()
+                                       tensor_parallel_size=self.rollout_tp, skip_tokenizer_init=True)
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
         self.checkpoints = checkpoint_root(config, base_dir)
@@ -269,13 +272,15 @@ class RLRun:
         return [m for m in (self.actor, self.critic) if m is not None]
 
     def _generate(self, prompts: list[list[int]], sampling, seed: int) -> list[tuple[int, list[int], list[float]]]:
-        """Generate on every rank for its share of prompts; every rank gets all completions in prompt order."""
-        mine = shard_rows(len(prompts), self.rank, self.world)
-        # vLLM samples from torch's global generator: seeding it per step and rank makes a resumed
-        # run draw the same samples as an uninterrupted one.
+        """Generate on every replica for its share of prompts; every rank gets all completions in prompt order."""
+        mine = shard_rows(len(prompts), self.replica, self.replicas)
+        # vLLM samples from torch's global generator: seeding it per step and replica makes a resumed
+        # run draw the same samples as an uninterrupted one, and the ranks of a replica draw alike.
         torch.manual_seed(seed)
         completions = self.rollout.generate([prompts[i] for i in mine], sampling) if len(mine) else []
-        local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions]
+        # Every rank of a tensor-parallel replica holds the same completions: its first rank reports them.
+        first_of_replica = self.rank % self.rollout_tp == 0
+        local = [(mine.start + c.prompt_index, c.token_ids, c.logprobs) for c in completions] if first_of_replica else []
         gathered: list = [None] * self.world
         dist.all_gather_object(gathered, local)
         return [item for part in gathered for item in part]
@@ -295,7 +300,7 @@ class RLRun:
         sampling = Sampling(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
                             top_k=spec.top_k, n=spec.samples_per_prompt, stop_token_ids=self._stop_ids())
         with timer("rollout"):
-            completions = self._generate(prompts, sampling, seed=cfg.trainer.seed * 1_000_003 + self.step * 1009 + self.rank)
+            completions = self._generate(prompts, sampling, seed=cfg.trainer.seed * 1_000_003 + self.step * 1009 + self.replica)
         tokens = sum(len(c[1]) for c in completions)
         record["rollout_tokens_per_second"] = tokens / max(timer.seconds["rollout"], 1e-9)
         record["response_length_mean"] = tokens / max(1, len(completions))
@@ -449,24 +454,28 @@ class RLRun:
 
     def export(self, out: Path) -> None:
         """Write the current policy as a Hugging Face folder (controller rank)."""
-        # The switch's gather gives every rank of a model-parallel group the full model.
-        resharder = self.resharder or self._make_resharder()
+        # The switch's gather with t_g = 1 gives every rank of a model-parallel group the full model.
+        resharder = self.resharder if self.resharder is not None and self.rollout_tp == 1 else self._make_resharder(1)
         full = dict(resharder.stream(self.actor.megatron_state()))
         if self.is_controller:
             export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)
             log.info("exported the policy to %s", out)
         dist.barrier()
 
-    def _make_resharder(self):
-        """The training->generation switch for this rank's place in the actor's layout."""
+    def _make_resharder(self, tg: int):
+        """The training->generation switch for this rank's place in the actor's layout, for vLLM
+        replicas of `tg` ranks."""
         from megatron.core import parallel_state as ps
 
         from ..hybrid.reshard import Resharder
         from .world import model_parallel_ranks
 
         place = self.actor.place
-        return Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
-                         ps.get_model_parallel_group(), dtype=self.dtype)
+        try:
+            return Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
+                             ps.get_model_parallel_group(), dtype=self.dtype, tg=tg)
+        except ValueError as exc:
+            raise ConfigError(f"roles.actor.layout.rolloutTp: {exc}") from None
 
     # -- helpers --------------------------------------------------------------------------------------
 

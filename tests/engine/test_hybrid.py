@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from kuberl.engine.hybrid.plan import buckets, hybridflow_bytes, received_bytes, transfer_units
+from kuberl.engine.hybrid.plan import buckets, hybridflow_bytes, received_bytes, transfer_units, wanted_tp_ranks
 from kuberl.engine.models.arch import LlamaArch
 from kuberl.operator.testing.waiting import free_port
 
@@ -45,6 +45,41 @@ def test_planned_bytes_follow_the_hybridflow_formula(tp: int, pp: int) -> None:
     # Pipeline stages hold unequal shares (the embedding sits on the first), but on average every
     # rank receives exactly what the formula says.
     assert sum(per_rank) / len(per_rank) == pytest.approx(hybridflow_bytes(sharded, tp * pp), rel=1e-12)
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(3, 1), (3, 2), (1, 2), (3, 5)])
+def test_rollout_replicas_as_wide_as_training_tp_receive_the_hybridflow_bytes(tp: int, pp: int) -> None:
+    # t_g = t: a rank needs its own TP shard of every stage, so it receives the other stages' shards
+    # of its TP rank from its pipeline group, and nothing at all when pp = 1.
+    units = transfer_units(SMOLLM2, tp, pp)
+    sharded, _ = sharded_and_replicated(units)
+    per_rank = []
+    for stage in range(pp):
+        for t in range(tp):
+            got = received_bytes(units, stage, t, 4, tg=tp)
+            norms_elsewhere = sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != stage)
+            others = sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank == t and p.stage != stage)
+            assert got == others + norms_elsewhere
+            if pp == 1:
+                assert got == 0 == hybridflow_bytes(sharded, tp, tg=tp)
+            per_rank.append(got - norms_elsewhere)
+    assert sum(per_rank) / len(per_rank) == pytest.approx(hybridflow_bytes(sharded, tp * pp, tg=tp), rel=1e-12)
+
+
+def test_rollout_replicas_narrower_than_training_tp_receive_what_their_shard_lacks() -> None:
+    # t = 4, t_g = 2: vLLM's TP rank is r % 2, so ranks 0 and 3 hold half of their generation shard
+    # and receive the other half, while ranks 1 and 2 hold none of theirs and receive all of it.
+    arch = LlamaArch(vocab_size=512, hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4, num_kv_heads=4,
+                     head_dim=64, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=64,
+                     tie_word_embeddings=False, qkv_bias=False)
+    units = transfer_units(arch, 4, 1)
+    sharded, _ = sharded_and_replicated(units)
+    assert [list(wanted_tp_ranks(4, 2, r)) for r in range(4)] == [[0, 1], [2, 3], [0, 1], [2, 3]]
+    got = [received_bytes(units, 0, r, 4, tg=2) for r in range(4)]
+    assert got == [sharded // 4, sharded // 2, sharded // 2, sharded // 4]
+    assert sum(got) / 4 > hybridflow_bytes(sharded, 4, tg=2)  # why the engine documents 1 and t as the exact cases
+    with pytest.raises(ValueError, match="must divide"):
+        wanted_tp_ranks(4, 3, 0)
 
 
 def test_the_plan_covers_the_model_once() -> None:
@@ -90,19 +125,37 @@ def run(model_path: Path, out: Path, tp: int, pp: int, *extra: str) -> list[dict
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(world)]
 
 
+def norms_elsewhere(units, stage: int) -> int:
+    """The replicated norms of the stages a rank does not hold (outside HybridFlow's count of sharded bytes)."""
+    return sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != stage)
+
+
+def expected_bytes(units, tp: int, pp: int, tg: int, stage: int, tp_rank: int) -> int:
+    """t_g = 1: HybridFlow's bytes exactly, per rank. t_g = t: the other stages' shards of this TP
+    rank, which is the formula on average (stages hold unequal shares: the embedding sits on the first)."""
+    sharded, _ = sharded_and_replicated(units)
+    if tg == 1:
+        return hybridflow_bytes(sharded, tp * pp) + norms_elsewhere(units, stage)
+    return sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank == tp_rank and p.stage != stage) + norms_elsewhere(units, stage)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (2, 2)], ids=["t2-p1-d2", "t2-p2-d1"])
-def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path: Path, tp: int, pp: int) -> None:
+@pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)],
+                         ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"])
+def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     path, arch = model
-    results = run(path, tmp_path / "out", tp, pp, "--bucket-bytes", str(64 << 10))
+    results = run(path, tmp_path / "out", tp, pp, "--tg", str(tg), "--bucket-bytes", str(64 << 10))
     units = transfer_units(arch, tp, pp)
     sharded, _ = sharded_and_replicated(units)
     for r in results:
         assert r["exact"], f"rank {r['rank']} gathered different weights"
         assert r["buckets"] > 1  # the transfer really went in bounded buckets
-        assert r["bytes_received"] == received_bytes(units, r["stage"], r["tp"], 4)
-        norms_elsewhere = sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != r["stage"])
-        assert r["bytes_received"] == hybridflow_bytes(sharded, tp * pp) + norms_elsewhere
+        assert r["bytes_received"] == received_bytes(units, r["stage"], r["tp"], 4, tg=tg)
+        assert r["bytes_received"] == expected_bytes(units, tp, pp, tg, r["stage"], r["tp"])
+    sharded_received = [r["bytes_received"] - norms_elsewhere(units, r["stage"]) for r in results]
+    assert sum(sharded_received) / len(results) == pytest.approx(hybridflow_bytes(sharded, tp * pp, tg=tg), rel=1e-12)
+    if tg == tp and pp == 1:
+        assert all(r["bytes_received"] == 0 for r in results)  # the layouts agree: nothing moves
     naive = run(path, tmp_path / "naive", tp, pp, "--naive")
     # The naive all-gather moves every shard to every rank of the world.
     assert all(n["bytes_received"] > r["bytes_received"] for n, r in zip(naive, results))
@@ -125,10 +178,17 @@ def vllm_models(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (2, 2)], ids=["t2-p1-d2", "t2-p2-d1"])
-def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(vllm_models, tmp_path: Path, tp: int, pp: int) -> None:
+@pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)],
+                         ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"])
+def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(vllm_models, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     trained, start = vllm_models
-    reports = run(trained, tmp_path / "out", tp, pp, "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))
+    reports = run(trained, tmp_path / "out", tp, pp, "--tg", str(tg), "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))
+    if tg > 1:
+        # vLLM ran as tensor-parallel replicas of 2 ranks that each received only their shard.
+        units = transfer_units(LlamaArch.from_hf_config(torch.load(trained, weights_only=False)["hf_config"]), tp, pp)
+        for report in reports:
+            for round_ in report["rounds"]:
+                assert round_["bytes_received"] == received_bytes(units, round_["stage"], round_["tp"], 4, tg=tg)
     for report in reports:
         first, second = report["rounds"]
         # Greedy tokens are transformers' choices with the weights just sent, and vLLM's

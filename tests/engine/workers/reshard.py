@@ -1,7 +1,8 @@
 """One rank of a training->generation switch over gloo; writes what it gathered and counted to --out.
 
 Each rank holds its Megatron shard of a Hugging Face model (layout tp x pp x dp over the world) and
-streams the whole model through the Resharder, bucket by bucket, as vLLM would consume it.
+streams its generation shard (--tg 1: the whole model) through the Resharder, bucket by bucket, as
+vLLM would consume it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.distributed as dist
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    for flag in ("--rank", "--world", "--port", "--tp", "--pp", "--bucket-bytes"):
+    for flag in ("--rank", "--world", "--port", "--tp", "--pp", "--tg", "--bucket-bytes"):
         parser.add_argument(flag, type=int, required=flag in ("--rank", "--world", "--port"), default=1)
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
@@ -54,12 +55,19 @@ def main() -> None:
     if args.naive:
         gathered, stats = naive(local, args.world)
     else:
-        resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes)
-        gathered = dict(resharder.stream(local))
+        resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes, tg=args.tg)
+        # The generation shard vLLM's TP rank (rank % tg) needs: chunk of the split dimension, or the whole tensor.
+        gathered = {name: (shard, dim) for name, shard, dim in resharder.stream_shards(local)}
         stats = resharder.stats.history[-1] | {"buckets": resharder.stats.buckets}
     dist.barrier()
     expected = {k: v for k, v in blob["state_dict"].items() if not (arch.tie_word_embeddings and k == "lm_head.weight")}
-    exact = (not args.naive) and set(gathered) == set(expected) and all(torch.equal(gathered[k], v) for k, v in expected.items())
+    j = args.rank % args.tg
+
+    def shard_of(tensor, dim):
+        return tensor if dim is None else tensor.chunk(args.tg, dim)[j]
+
+    exact = (not args.naive) and set(gathered) == set(expected) and all(
+        torch.equal(gathered[k][0], shard_of(v, gathered[k][1])) for k, v in expected.items())
     torch.save({"rank": args.rank, "stage": stage, "tp": tp_rank, "exact": exact, **stats}, f"{args.out}.{args.rank}")
     dist.barrier()
     dist.destroy_process_group()
@@ -78,10 +86,14 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
     from kuberl.engine.runtime.sequences import micro_batches, pack
 
-    rollout = VLLMRollout(args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True)
+    rollout = VLLMRollout(args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True,
+                          tensor_parallel_size=args.tg)
     prompts = [[1, 2, 3, 4, 5], [7, 7, 9], [100, 50, 25, 12]]
     greedy = Sampling(max_new_tokens=8, temperature=0.0)
-    resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes)
+    resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes, tg=args.tg)
+    # With tg > 1 the switch sends each rank only its shard; the full weights transformers checks
+    # against come from a second, whole-model gather.
+    whole = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group) if args.tg > 1 else None
     policy = MegatronLM(arch, blob["state_dict"], optimizer=OptimizerSpec(lr=5e-2, grad_clip=0.0))
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**blob["hf_config"])).float().eval()
     report = {"rank": args.rank, "rounds": []}
@@ -100,7 +112,11 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
                 sent[name] = tensor.clone()
                 yield name, tensor
 
-        loaded = rollout.update_weights(recorded(resharder.stream(policy.megatron_state())))
+        if whole is None:
+            loaded = rollout.update_weights(recorded(resharder.stream(policy.megatron_state())))
+        else:
+            loaded = rollout.update_weights(resharder.stream(policy.megatron_state()))
+            sent = {name: tensor.clone() for name, tensor in whole.stream(policy.megatron_state())}  # norms alias live parameters
         completions = rollout.generate(prompts, greedy)
         hf.load_state_dict(sent)
         worst = 0.0
@@ -113,7 +129,7 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
                         (logprobs.max(-1).values - chosen).max().item())
         moved = None if sent_before is None else sum(not torch.equal(sent[k], sent_before[k]) for k in sent)
         report["rounds"].append({"tokens": [c.token_ids for c in completions], "worst": worst, "loaded": loaded,
-                                 "bytes_received": resharder.stats.bytes_received, "tensors_moved": moved, "tensors": len(sent),
+                                 "bytes_received": resharder.stats.bytes_received, "stage": stage, "tp": tp_rank, "tensors_moved": moved, "tensors": len(sent),
                                  "first_round_equals_blob": round_ > 0 or all(torch.equal(sent[k], blob["state_dict"][k]) for k in sent)})
         sent_before = sent
     torch.save(report, f"{args.out}.{args.rank}")
