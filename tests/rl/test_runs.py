@@ -70,6 +70,29 @@ def test_ppo_with_critic_tp2(make_job, run_job) -> None:
     assert steps[0]["reshard_bytes"] > 0
 
 
+def test_grpo_tp2_generates_with_vllm_replicas_of_two_ranks(make_job, run_job, tiny_model: Path) -> None:
+    # rolloutTp = tp = 2: the two ranks form one tensor-parallel vLLM replica, and each rank's
+    # training shard is its generation shard, so the switch moves nothing. A high learning rate
+    # makes stale rollout weights show at once.
+    job, run = make_job(layout={"tp": 2, "rolloutTp": 2}, optimizer={"lr": 1e-2})
+    result = run_job(job, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [r for r in records(run) if "reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert r["reshard_bytes"] == 0
+        # The rollout's log-probabilities are the actor's own before its update: vLLM generated with
+        # the current weights, each rank holding half of them.
+        assert abs(r["approx_kl"]) < 1e-4, r
+    from safetensors.torch import load_file
+
+    start, final = load_file(tiny_model / "model.safetensors"), exported(run)
+    assert not torch.equal(start["model.embed_tokens.weight"], final["model.embed_tokens.weight"])
+    # The export gathers the whole model (a switch with rolloutTp 1) on both ranks.
+    assert set(final) >= {"model.embed_tokens.weight", "model.layers.0.mlp.gate_proj.weight"}
+    assert final["model.layers.0.mlp.gate_proj.weight"].shape == start["model.layers.0.mlp.gate_proj.weight"].shape
+
+
 def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n"
