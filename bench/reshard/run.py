@@ -1,8 +1,9 @@
 """bench/reshard: the hybrid engine's training->generation switch against a naive all-gather, in one run.
 
-On 4 CPU ranks (gloo), with one vLLM-layout replica per rank (t_g = 1), for SmolLM2-135M in the
-layout (t=1, p=2, d=2) (its 3 key/value heads rule out t=2 and its 30 layers p=4), and for a larger
-synthetic Llama in (t=2, p=1, d=2) and (t=2, p=2, d=1):
+On 4 CPU ranks (gloo), for SmolLM2-135M in the layout (t=1, p=2, d=2) with one vLLM replica per
+rank (t_g = 1; its 3 key/value heads rule out t=2 and its 30 layers p=4), and for a larger synthetic
+Llama in (t=2, p=1, d=2) and (t=2, p=2, d=1), each with t_g = 1 and with two-rank vLLM replicas
+(t_g = 2, each rank gathering only its generation shard):
 - ours: the Resharder (each piece sent once by its holder inside the model-parallel group,
   bucketed, converted to Hugging Face tensors as it arrives);
 - baseline: DeepSpeed-Chat style, every rank all-gathers every rank's shard across the world;
@@ -62,7 +63,7 @@ def worker(args: argparse.Namespace) -> None:
     group = ps.get_model_parallel_group()
     members = [None] * dist.get_world_size(group)
     dist.all_gather_object(members, (stage, tp_rank, args.rank), group=group)
-    resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, {(s, t): r for s, t, r in members}, group)
+    resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, {(s, t): r for s, t, r in members}, group, tg=args.tg)
     ours, naive = [], []
     for _ in range(REPEATS):
         dist.barrier()
@@ -94,7 +95,7 @@ def load_or_make(args: argparse.Namespace, config: dict) -> dict[str, torch.Tens
     return {k: torch.randn(s, generator=generator) * 0.02 for k, s in shapes.items()}
 
 
-def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, workdir: Path) -> dict:
+def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, tg: int, workdir: Path) -> dict:
     from kuberl.engine.hybrid.plan import hybridflow_bytes, transfer_units
     from kuberl.engine.models.arch import LlamaArch
 
@@ -103,33 +104,33 @@ def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, wor
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = workdir / f"{name}-t{tp}p{pp}"
+    out = workdir / f"{name}-t{tp}p{pp}g{tg}"
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--rank", str(r), "--world", "4", "--port", str(port),
-                               "--tp", str(tp), "--pp", str(pp), "--config", str(config_path), "--out", str(out),
+                               "--tp", str(tp), "--pp", str(pp), "--tg", str(tg), "--config", str(config_path), "--out", str(out),
                                *(["--weights", weights] if weights else [])]) for r in range(4)]
     for proc in procs:
         if proc.wait() != 0:
-            raise RuntimeError(f"a rank of {name} t={tp} p={pp} failed")
+            raise RuntimeError(f"a rank of {name} t={tp} p={pp} t_g={tg} failed")
     reports = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(4)]
     units = transfer_units(LlamaArch.from_hf_config(config), tp, pp)
     sharded = sum(p.numel() for u in units for p in u.pieces if p.tp_rank is not None) * 4
     ours_s, naive_s = max(r["ours_seconds"] for r in reports), max(r["naive_seconds"] for r in reports)
     return {
-        "model": name, "layout": f"t={tp} p={pp} d={4 // (tp * pp)}, t_g=1",
+        "model": name, "layout": f"t={tp} p={pp} d={4 // (tp * pp)}, t_g={tg}",
         "model_bytes": reports[0]["model_bytes"],
-        "formula_bytes_per_rank": round(hybridflow_bytes(sharded, tp * pp)),
+        "formula_bytes_per_rank": round(hybridflow_bytes(sharded, tp * pp, tg=tg)),
         "ours_bytes_per_rank_max": max(r["ours_bytes"] for r in reports),
         "ours_bytes_per_rank_mean": round(statistics.mean(r["ours_bytes"] for r in reports)),
         "naive_bytes_per_rank_max": max(r["naive_bytes"] for r in reports),
         "ours_seconds": round(ours_s, 3), "naive_seconds": round(naive_s, 3),
-        "time_ratio_naive_over_ours": round(naive_s / ours_s, 2),
+        "time_ratio_naive_over_ours": round(naive_s / max(ours_s, 1e-6), 2),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", action="store_true")
-    for flag in ("--rank", "--world", "--port", "--tp", "--pp"):
+    for flag in ("--rank", "--world", "--port", "--tp", "--pp", "--tg"):
         parser.add_argument(flag, type=int, default=1)
     parser.add_argument("--config")
     parser.add_argument("--weights")
@@ -144,12 +145,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="kuberl-bench-reshard-"))
     rows = []
     cases = (
-        ("SmolLM2-135M", read_hf_config(smol), str(smol), ((1, 2),)),
-        ("synthetic-Llama-200M", SYNTHETIC, None, ((2, 1), (2, 2))),
+        ("SmolLM2-135M", read_hf_config(smol), str(smol), ((1, 2, 1),)),
+        ("synthetic-Llama-200M", SYNTHETIC, None, ((2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2))),
     )
     for name, config, weights, layouts in cases:
-        for tp, pp in layouts:
-            rows.append(run_case(name, config, weights, tp, pp, workdir))
+        for tp, pp, tg in layouts:
+            rows.append(run_case(name, config, weights, tp, pp, tg, workdir))
             print(json.dumps(rows[-1]), flush=True)
     result = {"benchmark": "reshard", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, 4 gloo ranks, 1 thread each", "rows": rows}

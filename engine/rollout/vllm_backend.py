@@ -81,7 +81,9 @@ class VLLMRollout:
         return completions
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
-        """Load new weights (Hugging Face names) in place; returns the bytes loaded.
+        """Load new weights (Hugging Face names) in place; returns the bytes of the tensors handed
+        over (for a tensor-parallel replica, full-shaped tensors of which each rank's loader reads
+        its slice).
 
         `named_tensors` is consumed lazily, once, inside one reload, so a caller can gather and
         free one bucket at a time.
