@@ -14,9 +14,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from kuberl.engine.runtime.processes import stop, wait_for_gang
 
 from .api.resource import RLJob
 from .manifest import load_rljobs
@@ -88,41 +89,22 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
         return _wait(procs, ranks, poll_s)
     except KeyboardInterrupt:
         print("\nkuberl run: interrupted; stopping every rank", file=sys.stderr)
-        _stop(procs)
+        stop(procs)
         return 130
 
 
 def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float) -> int:
-    while True:
-        codes = [p.poll() for p in procs]
-        failed = [(r, c) for r, c in zip(ranks, codes) if c not in (None, 0)]
-        if failed:
-            # The first to fail is the cause; the others usually fail because of it. Several may be
-            # seen in one poll: a rank killed by a signal did not fail because of a peer.
-            rank, code = min(failed, key=lambda rc: (rc[1] >= 0, rc[0].rank))
-            _stop(procs)
-            print(f"kuberl run: rank {rank.rank} (role {rank.role}) exited with code {code}; its log: {rank.log}",
-                  file=sys.stderr)
-            for line in _tail(rank.log, 15):
-                print(f"  | {line}", file=sys.stderr)
-            return 1
-        if all(c == 0 for c in codes):
-            print("kuberl run: every rank finished", file=sys.stderr)
-            return 0
-        time.sleep(poll_s)
-
-
-def _stop(procs: list[subprocess.Popen], grace_s: float = 10.0) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    deadline = time.monotonic() + grace_s
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    cause, codes = wait_for_gang(procs, poll_s)
+    if cause is None:
+        print("kuberl run: every rank finished", file=sys.stderr)
+        return 0
+    stop(procs)
+    rank = ranks[cause]
+    print(f"kuberl run: rank {rank.rank} (role {rank.role}) exited with code {codes[cause]}; its log: {rank.log}",
+          file=sys.stderr)
+    for line in _tail(rank.log, 15):
+        print(f"  | {line}", file=sys.stderr)
+    return 1
 
 
 def _tail(path: Path, lines: int) -> list[str]:

@@ -26,28 +26,17 @@ def spawn_local_ranks(count: int) -> int:
     """A pod with several GPUs runs one process per GPU (LOCAL_RANK 0..count-1), as torchrun would;
     the first to fail stops the others and decides the pod's exit status."""
     import subprocess
-    import time
+
+    from .processes import stop, wait_for_gang
 
     procs = [subprocess.Popen([sys.executable, "-m", "kuberl.engine.runtime.worker"],
                               env={**os.environ, "LOCAL_RANK": str(i), "KUBERL_LOCAL_WORLD": str(count)})
              for i in range(count)]
     try:
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [c for c in codes if c not in (None, 0)]
-            if failed or all(c == 0 for c in codes):
-                break
-            time.sleep(0.5)
+        cause, codes = wait_for_gang(procs)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    return next((c for c in codes if c not in (None, 0)), 0)
+        stop(procs, grace_s=30)
+    return 0 if cause is None else codes[cause]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,43 @@
+"""Supervising a gang of rank processes: `kuberl run` (every rank of a job) and a pod with several
+GPUs (one rank per GPU). Torch cannot survive a lost rank, so the first failure ends them all."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Sequence
+
+
+def first_failure(codes: Sequence[int | None]) -> int | None:
+    """The index of the process that caused a failure, or None while none has failed.
+
+    Several may be seen failed in one poll; the others usually failed because of the first. A
+    process killed by a signal (negative code) did not fail because of a peer, so it comes first,
+    then the lowest index.
+    """
+    failed = [(code >= 0, index) for index, code in enumerate(codes) if code not in (None, 0)]
+    return min(failed)[1] if failed else None
+
+
+def wait_for_gang(procs: Sequence[subprocess.Popen], poll_s: float = 0.5) -> tuple[int | None, list[int | None]]:
+    """Wait until every process exits with 0 or one fails: (index of the cause or None, exit codes)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        cause = first_failure(codes)
+        if cause is not None or all(code == 0 for code in codes):
+            return cause, codes
+        time.sleep(poll_s)
+
+
+def stop(procs: Sequence[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM every process still running, SIGKILL those that outlive the grace period."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + grace_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
