@@ -82,6 +82,20 @@ def test_rollout_replicas_narrower_than_training_tp_receive_what_their_shard_lac
         wanted_tp_ranks(4, 3, 0)
 
 
+def test_a_vocabulary_vllm_would_split_differently_is_refused_for_rollout_replicas() -> None:
+    from dataclasses import replace
+
+    from kuberl.engine.hybrid.reshard import Resharder
+
+    arch = replace(SMOLLM2, num_kv_heads=2, num_heads=8, vocab_size=49152 + 64)  # a multiple of 64, not of 128
+    ranks = {(0, 0): 0, (0, 1): 1}
+    with pytest.raises(ValueError, match="divisible by 128"):
+        Resharder(arch, 2, 1, 0, 0, ranks, None, tg=2)
+    Resharder(arch, 2, 1, 0, 0, ranks, None, tg=1)  # one replica per rank gathers whole tensors: any vocabulary
+    with pytest.raises(ValueError, match="must divide"):
+        Resharder(arch, 2, 1, 0, 0, ranks, None, tg=4)
+
+
 def test_the_plan_covers_the_model_once() -> None:
     units = transfer_units(SMOLLM2, 3, 2)
     sharded, replicated = sharded_and_replicated(units)
