@@ -27,6 +27,16 @@ def sharded_and_replicated(units) -> tuple[int, int]:
     return sharded, replicated
 
 
+def norms_elsewhere(units, stage: int) -> int:
+    """The replicated norms of the stages a rank does not hold (outside HybridFlow's count of sharded bytes)."""
+    return sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != stage)
+
+
+def own_shards_elsewhere(units, stage: int, tp_rank: int) -> int:
+    """The shards of TP rank `tp_rank` on the stages other than `stage`: what a t_g = t rank lacks."""
+    return sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank == tp_rank and p.stage != stage)
+
+
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (3, 1), (1, 2), (3, 2), (1, 5)])
 def test_planned_bytes_follow_the_hybridflow_formula(tp: int, pp: int) -> None:
     units = transfer_units(SMOLLM2, tp, pp)
@@ -37,11 +47,11 @@ def test_planned_bytes_follow_the_hybridflow_formula(tp: int, pp: int) -> None:
             got = received_bytes(units, stage, t, 4)
             held = sum(p.numel() * 4 for u in units for p in u.pieces if p.stage == stage and p.tp_rank == t)
             # Norms are replicated inside a stage: only ranks of the other stages receive them.
-            norms_elsewhere = sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != stage)
-            assert got == sharded - held + norms_elsewhere  # everything this rank does not hold, once
+            norms = norms_elsewhere(units, stage)
+            assert got == sharded - held + norms  # everything this rank does not hold, once
             if pp == 1:
                 assert got == hybridflow_bytes(sharded, tp)  # an even split: each rank exactly at the formula
-            per_rank.append(got - norms_elsewhere)
+            per_rank.append(got - norms)
     # Pipeline stages hold unequal shares (the embedding sits on the first), but on average every
     # rank receives exactly what the formula says.
     assert sum(per_rank) / len(per_rank) == pytest.approx(hybridflow_bytes(sharded, tp * pp), rel=1e-12)
@@ -57,12 +67,11 @@ def test_rollout_replicas_as_wide_as_training_tp_receive_the_hybridflow_bytes(tp
     for stage in range(pp):
         for t in range(tp):
             got = received_bytes(units, stage, t, 4, tg=tp)
-            norms_elsewhere = sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != stage)
-            others = sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank == t and p.stage != stage)
-            assert got == others + norms_elsewhere
+            norms = norms_elsewhere(units, stage)
+            assert got == own_shards_elsewhere(units, stage, t) + norms
             if pp == 1:
                 assert got == 0 == hybridflow_bytes(sharded, tp, tg=tp)
-            per_rank.append(got - norms_elsewhere)
+            per_rank.append(got - norms)
     assert sum(per_rank) / len(per_rank) == pytest.approx(hybridflow_bytes(sharded, tp * pp, tg=tp), rel=1e-12)
 
 
@@ -139,18 +148,13 @@ def run(model_path: Path, out: Path, tp: int, pp: int, *extra: str) -> list[dict
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(world)]
 
 
-def norms_elsewhere(units, stage: int) -> int:
-    """The replicated norms of the stages a rank does not hold (outside HybridFlow's count of sharded bytes)."""
-    return sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank is None and p.stage != stage)
-
-
 def expected_bytes(units, tp: int, pp: int, tg: int, stage: int, tp_rank: int) -> int:
     """t_g = 1: HybridFlow's bytes exactly, per rank. t_g = t: the other stages' shards of this TP
     rank, which is the formula on average (stages hold unequal shares: the embedding sits on the first)."""
     sharded, _ = sharded_and_replicated(units)
     if tg == 1:
         return hybridflow_bytes(sharded, tp * pp) + norms_elsewhere(units, stage)
-    return sum(p.numel() * 4 for u in units for p in u.pieces if p.tp_rank == tp_rank and p.stage != stage) + norms_elsewhere(units, stage)
+    return own_shards_elsewhere(units, stage, tp_rank) + norms_elsewhere(units, stage)
 
 
 @pytest.mark.slow
