@@ -1,8 +1,16 @@
 # The operator image: the control plane only (pydantic, kopf, kubernetes, prometheus-client), no torch.
 # Build: docker build -t kuberl-operator:0.1.0 .
-FROM python:3.11-slim
+# BASE_IMAGE: any image with Python 3.11 and its venv module (scripts/images.sh builds on a Debian 12
+# base made locally with mmdebstrap, since no public registry is reachable from the test machines).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PATH=/opt/kuberl/bin:$PATH
+# Behind a TLS-inspecting proxy: the path of a CA bundle mounted into the build (scripts/images.sh
+# does it); build arguments, so nothing of it stays in the image.
+ARG PIP_CERT
+ARG SSL_CERT_FILE
+RUN python3.11 -m venv /opt/kuberl
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
@@ -10,9 +18,8 @@ COPY engine ./engine
 # The base install (no extras) is exactly the operator's dependencies.
 RUN pip install . && rm -rf /src
 
-# Runs as an unprivileged user with a numeric id, so runAsNonRoot can verify it.
-RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin kuberl
-USER 10001
+# Unprivileged, with a numeric id so that runAsNonRoot can verify it; no passwd entry is needed.
+USER 10001:10001
 WORKDIR /
 ENTRYPOINT ["kuberl"]
 CMD ["--help"]

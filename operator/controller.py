@@ -19,9 +19,11 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from kuberl.engine.config import PROGRESS_KEY
+
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
 from .manifest import ManifestError, parse_rljob
-from .planner import LABEL_JOB, MANAGER, PROGRESS_KEY, OperatorSettings, child_name, plan
+from .planner import LABEL_JOB, MANAGER, OperatorSettings, child_name, plan
 from .reconcile import TERMINAL, Decision, Observed, decide
 
 log = logging.getLogger("kuberl.operator")

@@ -3,7 +3,8 @@
 Each rank gets the environment a pod of the job would get (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT, KUBERL_CONFIG, KUBERL_ROLE, ...) and runs `kuberl worker`. Rank 0 prints to the
 console; every rank logs to <run dir>/logs/rank-N.log. The first rank to fail ends the run: the
-others are stopped and the reason is printed. Ctrl-C stops every process.
+others are stopped and the reason is printed. Ctrl-C or SIGTERM stops every rank after its current step,
+with a checkpoint, as a pod's SIGTERM does; running the same command again resumes from it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +68,7 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     print(f"kuberl run: {job.metadata.name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
           f"logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
     procs: list[subprocess.Popen] = []
+    signals = _forward_stop_signals(procs)  # before the first rank starts: no signal is missed
     for r in ranks:
         env = {**os.environ, "RANK": str(r.rank), "LOCAL_RANK": str(r.rank), "WORLD_SIZE": str(world),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "KUBERL_CONFIG": str(config_file),
@@ -85,16 +88,49 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
         procs.append(proc)
     # Which process is which rank, for people (and tests) who want to look at one.
     (run_dir / "logs" / "ranks.json").write_text(json.dumps({str(r.rank): p.pid for r, p in zip(ranks, procs)}))
-    try:
-        return _wait(procs, ranks, poll_s)
-    except KeyboardInterrupt:
-        print("\nkuberl run: interrupted; stopping every rank", file=sys.stderr)
-        stop(procs)
-        return 130
+    return _wait(procs, ranks, poll_s, signals, grace_s=job.spec.run_policy.termination_grace_period_seconds)
 
 
-def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float) -> int:
-    cause, codes = wait_for_gang(procs, poll_s)
+def _forward_stop_signals(procs: list[subprocess.Popen]) -> list[int]:
+    """SIGINT (Ctrl-C) and SIGTERM are passed to every rank as SIGTERM: they stop at the next step
+    boundary with a checkpoint. Handlers are installed explicitly, so this works whatever
+    dispositions `kuberl run` inherited (a shell in the background ignores SIGINT)."""
+    received: list[int] = []
+
+    def on_signal(signum: int, frame) -> None:
+        if not received:
+            print("\nkuberl run: interrupted; stopping every rank after its current step, with a checkpoint "
+                  "(again to stop at once)", file=sys.stderr, flush=True)
+        elif signum == received[0]:
+            print("\nkuberl run: stopping every rank now", file=sys.stderr, flush=True)
+        received.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    return received
+
+
+def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float, signals: list[int], grace_s: float) -> int:
+    deadline: list[float] = []
+
+    def stopping() -> bool:
+        if signals and not deadline:
+            deadline.append(time.monotonic() + grace_s)
+        if deadline and time.monotonic() > deadline[0]:
+            print(f"kuberl run: ranks still running {grace_s:.0f} s after the signal; killing them", file=sys.stderr)
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        return bool(signals)
+
+    cause, codes = wait_for_gang(procs, poll_s, stopping=stopping)
+    if signals:
+        print(f"kuberl run: every rank stopped (exit codes {codes}); `kuberl run` again resumes from the last checkpoint",
+              file=sys.stderr)
+        return 128 + signals[0]
     if cause is None:
         print("kuberl run: every rank finished", file=sys.stderr)
         return 0

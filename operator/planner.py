@@ -32,7 +32,6 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 CONFIG_FILE = "engine-config.json"
 CONFIG_DIR = "/etc/kuberl"
-PROGRESS_KEY = "progress.json"
 TRAINER_UID = 10001
 
 
@@ -204,6 +203,8 @@ def _role_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setting
         {"name": "MASTER_ADDR", "value": f"{child_name(name, 'actor')}-0.{name}.{namespace}.svc"},
         {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # The root filesystem is read-only: caches (Hugging Face, vLLM, torch, matplotlib) go to /tmp.
+        {"name": "HOME", "value": "/tmp"},
     ]
     token = spec.model.token_secret_ref
     if token is not None:
@@ -238,12 +239,16 @@ def _role_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setting
         "securityContext": {
             "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
+            # Everything a rank writes goes to /tmp, /dev/shm and the checkpoint volume.
+            "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # SIGTERM makes the ranks stop at the next step boundary with a checkpoint (engine/runtime/stopping.py).
+        "terminationGracePeriodSeconds": spec.run_policy.termination_grace_period_seconds,
         "subdomain": name,
         "serviceAccountName": spec.service_account_name or child_name(name, "trainer"),
         "securityContext": {

@@ -12,33 +12,21 @@ deleted, and only when none is left are the new attempt's Jobs created.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from kuberl.engine.config import SpecModel
+from kuberl.engine.config import ProgressReport
 
-from .api import CheckpointStatus, Condition, MetricsSnapshot, Phase, RLJob, RLJobStatus, RoleStatus
+from .api import Condition, MetricsSnapshot, Phase, RLJob, RLJobStatus, RoleStatus
 from .planner import LABEL_ATTEMPT, LABEL_ROLE
 
 CONDITION_TYPES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended", "Succeeded", "Failed")
 TERMINAL: tuple[Phase, ...] = ("Succeeded", "Failed")
 RESYNC_SECONDS = 30.0
 ACTIVE_SECONDS = 2.0  # while children are changing, look again soon
-
-
-class ProgressReport(SpecModel):
-    """What the controller rank writes into the job's progress ConfigMap (key progress.json)."""
-
-    step: int = Field(ge=0)
-    total_steps: int | None = Field(default=None, ge=0)
-    reward_mean: float | None = None
-    kl: float | None = None
-    tokens_per_second: float | None = Field(default=None, ge=0)
-    last_checkpoint: CheckpointStatus | None = None
 
 
 @dataclass(frozen=True)
@@ -250,7 +238,3 @@ def _set_phase(status: RLJobStatus, phase: Phase, reason: str, message: str, now
         )
     status.conditions = [by_type[k] for k in CONDITION_TYPES if k in by_type]
 
-
-def progress_json(report: ProgressReport) -> str:
-    """The progress.json text a controller rank writes."""
-    return json.dumps(report.to_manifest())

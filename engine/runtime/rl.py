@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from .. import algorithms as A
 from ..config.algorithm import GROUP_BASELINE_ALGORITHMS, DPOSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from ..config.progress import CheckpointStatus
 from ..config.topology import EngineConfig
 from ..data import Example, PromptEncoder, PromptLoader, load_examples
 from ..models.arch import LlamaArch
@@ -44,6 +45,7 @@ from .resolve import model_folder
 from .role_worlds import RoleWorld
 from .roles import RemoteRewardModel, RoleLink, checkpoint_root, mean_of, mean_over
 from .sequences import SeqBatch, micro_batches, pack, shard_rows
+from .stopping import StopRequest, agree
 
 log = logging.getLogger("kuberl.engine")
 
@@ -163,6 +165,10 @@ class RLRun:
         self.step = 0
         self.updates = 0
         self.reshard_total = {"seconds": 0.0, "step_seconds": 0.0}
+        self.stopped = False
+        """run() ended early on a stop request (its last step is checkpointed)."""
+        self.last_checkpoint: CheckpointStatus | None = None
+        """The newest complete checkpoint (controller rank): what the progress report names."""
         self._resume()
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -179,6 +185,7 @@ class RLRun:
         self.step, self.updates = state["step"], state["updates"]
         ckpt.set_rng_state(state["rng"])
         if self.is_controller:
+            self.last_checkpoint = ckpt.status(self.checkpoints, self.step)
             log.info("resumed from %s (step %d)", ckpt.step_dir(self.checkpoints, self.step), self.step)
 
     def save(self) -> Path:
@@ -199,11 +206,14 @@ class RLRun:
                 link.result()
             ckpt.commit(self.checkpoints, self.step, self.config.world_size, keep=self.config.trainer.checkpoint.keep,
                         meta={"job": self.config.job, "algorithm": self.config.algorithm.name})
+            self.last_checkpoint = ckpt.status(self.checkpoints, self.step)
         dist.barrier()
         return ckpt.step_dir(self.checkpoints, self.step)
 
-    def run(self, progress=None) -> dict[str, Any]:
-        """Train to the last step; returns the controller's last record (empty on other ranks)."""
+    def run(self, progress=None, stop: StopRequest | None = None) -> dict[str, Any]:
+        """Train to the last step, or until `stop` is requested on any rank of the job (then with a
+        checkpoint of the step that was running, and `self.stopped` set); returns the controller's
+        last record (empty on other ranks)."""
         trainer = self.config.trainer
         last: dict[str, Any] = {}
         if self.step == 0 and self.validation and trainer.validation_interval:
@@ -216,7 +226,8 @@ class RLRun:
             if self.validation and trainer.validation_interval and (self.step % trainer.validation_interval == 0 or self.step == self.total_steps):
                 with timer("validation"):
                     record.update(self._validate())
-            if self.step % trainer.checkpoint.interval == 0 or self.step == self.total_steps:
+            stopping = stop is not None and self._stop_agreed(stop) and self.step < self.total_steps
+            if stopping or self.step % trainer.checkpoint.interval == 0 or self.step == self.total_steps:
                 with timer("checkpoint"):
                     folder = self.save()
                 record["checkpoint"] = str(folder)
@@ -232,13 +243,28 @@ class RLRun:
             if progress is not None and self.is_controller:
                 progress(record)
             last = record
+            if stopping:
+                self.stopped = True
+                if self.is_controller:
+                    log.info("stopped after step %d on request; resume continues from %s", self.step, record["checkpoint"])
+                for link in self.links.values():
+                    link.send("stop", {"completed": False})
+                return last
         if trainer.export_path:
             self.export(Path(trainer.export_path).expanduser())
         if self.is_controller and self.metrics is not None and self.metrics.jsonl and self.metrics.jsonl.exists():
             plot_rewards(read_jsonl(self.metrics.jsonl), self.run_dir / "reward_curve.png", f"{self.config.job} ({self.config.algorithm.name})")
         for link in self.links.values():
-            link.send("stop")
+            link.send("stop", {"completed": True})
         return last
+
+    def _stop_agreed(self, stop: StopRequest) -> bool:
+        """Whether any rank of the job, roles on ranks of their own included, was asked to stop."""
+        wanted = stop.requested
+        if self.is_controller:
+            for link in self.links.values():
+                wanted = link.call("stopping") or wanted
+        return agree(wanted)
 
     def _publish(self, record: dict[str, Any]) -> None:
         if self.metrics is not None:

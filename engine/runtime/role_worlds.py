@@ -98,6 +98,23 @@ class RoleWorld:
         return [b.role for b in self.blocks[1:]]
 
 
+def wait_until_resolvable(host: str, timeout_s: float, poll_s: float = 0.5) -> None:
+    """In a cluster, rank 0's name (its pod under the job's headless Service) resolves only once that
+    pod has an address, which may be after this pod starts: wait for it instead of failing."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.getaddrinfo(host, None)
+            return
+        except socket.gaierror as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"MASTER_ADDR {host} did not resolve within {timeout_s:.0f} s: {exc}") from exc
+            time.sleep(poll_s)
+
+
 def join(env: RankEnv, config: EngineConfig) -> RoleWorld:
     """Join this rank's role world (NCCL between GPUs, gloo on CPU) and its links.
 
@@ -107,6 +124,8 @@ def join(env: RankEnv, config: EngineConfig) -> RoleWorld:
     found = blocks(config)
     block = next(b for b in found if env.rank in b)
     timeout = timedelta(seconds=env.timeout_s)
+    if env.rank != 0:
+        wait_until_resolvable(env.master_addr, env.timeout_s)
     store = dist.TCPStore(env.master_addr, env.master_port, is_master=env.rank == 0, wait_for_workers=False,
                           timeout=timeout)
     backend = "nccl" if torch.cuda.is_available() else "gloo"

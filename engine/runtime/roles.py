@@ -7,7 +7,8 @@ and the role's first rank replies. Both directions are broadcasts over the role'
 critic's values or update run while the reference computes, or while the actor trains.
 
 Commands: "logprobs" (reference), "values" and "train" (critic), "score" (reward model), "save"
-(each rank writes its part of the step's checkpoint), "stop". Every command but "stop" is answered.
+(each rank writes its part of the step's checkpoint), "stopping" (was a rank of the role signalled to
+stop? asked at every step boundary, stopping.py), "stop". Every command but "stop" is answered.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch.distributed as dist
 from ..config.topology import EngineConfig
 from . import checkpoint as ckpt
 from .role_worlds import ObjectLink, RoleWorld
+from .stopping import StopRequest, agree
 
 log = logging.getLogger("kuberl.engine")
 
@@ -128,11 +130,13 @@ class RoleWorker:
             state = ckpt.load(self.checkpoints, steps[-1], self.world.global_rank, self.config.world_size)
             self.model.load_state_dict(state[self.role])
 
-    def serve(self) -> None:
+    def serve(self, stop: StopRequest | None = None) -> bool:
+        """Answer commands until "stop"; True when the job completed, False when it stopped early."""
+        self.stop = stop or StopRequest()
         while True:
             command, payload = self.link.receive()
             if command == "stop":
-                return
+                return bool((payload or {}).get("completed", True))
             try:
                 result = getattr(self, f"_{command}")(payload)
             except Exception as exc:
@@ -140,6 +144,10 @@ class RoleWorker:
                 self.link.reply(RoleFailure(f"{command} failed: {type(exc).__name__}: {exc}"))
                 raise
             self.link.reply(result)
+
+    def _stopping(self, payload: None) -> bool:
+        """Whether any rank of this role was signalled (the controller asks at every step boundary)."""
+        return agree(self.stop.requested)
 
     def _save(self, payload: dict[str, Any]) -> str:
         state: dict[str, Any] = {"role": self.role}

@@ -2,7 +2,8 @@
 
 Reads the engine config (KUBERL_CONFIG) and the rank's place (torchrun's variables), joins the
 world, runs the job to its end, and exits 0; any failure is logged with the rank and role and
-exits 1, so the pod (or `kuberl run`) reports it.
+exits 1, so the pod (or `kuberl run`) reports it. SIGTERM or SIGINT stops the job at the next step
+boundary with a checkpoint, and the rank exits 128 + the signal (stopping.py).
 """
 
 from __future__ import annotations
@@ -29,11 +30,25 @@ def spawn_local_ranks(count: int) -> int:
 
     from .processes import stop, wait_for_gang
 
+    import signal
+
     procs = [subprocess.Popen([sys.executable, "-m", "kuberl.engine.runtime.worker"],
                               env={**os.environ, "LOCAL_RANK": str(i), "KUBERL_LOCAL_WORLD": str(count)})
              for i in range(count)]
+    received: list[int] = []
+
+    def forward(signum, frame) -> None:
+        # Kubernetes signals only the container's first process: each rank must hear it to stop at
+        # the next step boundary with the others.
+        received.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
     try:
-        cause, codes = wait_for_gang(procs)
+        cause, codes = wait_for_gang(procs, stopping=lambda: bool(received))
     finally:
         stop(procs, grace_s=30)
     return 0 if cause is None else codes[cause]
@@ -52,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     if per_pod > 1 and "LOCAL_RANK" not in os.environ and "RANK" not in os.environ:
         return spawn_local_ranks(per_pod)
 
+    from .stopping import StopRequest
+
+    # From here on SIGTERM and SIGINT mean: stop at the next step boundary, with a checkpoint.
+    stop = StopRequest().install()
     try:
         env = RankEnv.from_environ()
     except WorldError as exc:
@@ -100,16 +119,20 @@ def main(argv: list[str] | None = None) -> int:
         if world.role == "actor":
             run = RLRun(config, world, run_dir)
             report = _reporter(run, env.rank == 0)
-            last = run.run(progress=report)
-            if env.rank == 0:
+            last = run.run(progress=report, stop=stop)
+            completed = not run.stopped
+            if env.rank == 0 and completed:
                 _summary(run, last)
         else:
             from .roles import RoleWorker
 
-            RoleWorker(config, world).serve()
+            completed = RoleWorker(config, world).serve(stop)
         import torch.distributed as dist
 
         dist.barrier()
+        if not completed:
+            log.info("rank %d (role %s) stopped at a step boundary on request; exit %d", env.rank, env.role, stop.exit_code())
+            return stop.exit_code()
         return 0
     except Exception as exc:
         log.error("rank %d (role %s) failed: %s: %s", env.rank, env.role, type(exc).__name__, exc)
@@ -127,7 +150,7 @@ def _reporter(run, controller: bool):
         return None
     from tqdm import tqdm
 
-    from .progress import ProgressWriter
+    from .progress import ProgressWriter, progress_report
 
     writer = ProgressWriter()
     bar = tqdm(total=run.total_steps, initial=run.step, desc=run.config.job, unit="step", dynamic_ncols=True, file=sys.stderr)
@@ -140,7 +163,7 @@ def _reporter(run, controller: bool):
         if "validation_reward_mean" in record:
             postfix["val"] = f"{record['validation_reward_mean']:.3f}"
         bar.set_postfix(postfix)
-        writer.write(record, run.total_steps)
+        writer.write(progress_report(record, run.total_steps, run.last_checkpoint))
         if "validation_reward_mean" in record or record["step"] == run.total_steps:
             bar.write(f"step {record['step']}: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(record.items())
                                                           if isinstance(v, float) and "/" not in k))

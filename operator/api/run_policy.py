@@ -46,6 +46,10 @@ class RunPolicy(SpecModel):
     """Fail the job (DeadlineExceeded) when it has run this long."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0)
     """Delete the finished RLJob after this many seconds."""
+    termination_grace_period_seconds: int = Field(default=300, ge=1, le=86400)
+    """How long a trainer pod has after SIGTERM (deletion, eviction, preemption, a node drain) to finish
+    its step and write a checkpoint before it is killed; more than one step plus one checkpoint.
+    `kuberl run` gives its ranks as long after Ctrl-C."""
     scheduling: SchedulingPolicy = SchedulingPolicy()
 
 

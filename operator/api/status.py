@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kuberl.engine.config import SpecModel
+from kuberl.engine.config import CheckpointStatus, SpecModel
 
 Phase = Literal["Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
 PHASES: tuple[Phase, ...] = ("Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
@@ -33,12 +33,6 @@ class RoleStatus(SpecModel):
     ready: int = Field(default=0, ge=0)
     succeeded: int = Field(default=0, ge=0)
     failed: int = Field(default=0, ge=0)
-
-
-class CheckpointStatus(SpecModel):
-    step: int = Field(ge=0)
-    path: str
-    time: datetime | None = None
 
 
 class MetricsSnapshot(SpecModel):

@@ -116,6 +116,8 @@ class ControlPlane:
     kubeconfig: Path
     ca_file: Path
     admin_token: str
+    kubeconfigs: dict[str, Path] = field(default_factory=dict)
+    """One kubeconfig per identity of the token file, by its key ("admin", "scheduler", ...)."""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -151,31 +153,47 @@ class ControlPlane:
         self.processes.clear()
 
 
+@dataclass(frozen=True)
+class User:
+    """An identity of the static token file: a kubeconfig named `key` authenticates as `name` in `groups`."""
+
+    key: str
+    name: str
+    groups: tuple[str, ...] = ()
+
+
 def start_control_plane(
     bin_dir: Path,
     workdir: Path,
     pools: tuple[NodePool, ...] = DEFAULT_POOLS,
     timeout: float = 90.0,
+    address: str = "127.0.0.1",
+    users: tuple[User, ...] = (),
 ) -> ControlPlane:
-    """Start every part, wait until pods can be scheduled onto the pools, and return the plane."""
+    """Start every part, wait until pods can be scheduled onto the pools, and return the plane.
+
+    The API server listens on `address`. On loopback nothing can reach it through the `kubernetes`
+    Service; a real node (node.py) passes the host end of its veth instead, and the Service then
+    leads there. `users` get a kubeconfig each (plane.kubeconfigs[key]).
+    """
     missing = [b for b in BINARIES if not (bin_dir / b).is_file()]
     if missing:
         raise ControlPlaneError(f"missing binaries in {bin_dir}: {', '.join(missing)} (run scripts/kube-binaries.sh)")
     workdir.mkdir(parents=True, exist_ok=True)
-    pki = _make_pki(workdir / "pki")
-    tokens = {name: os.urandom(16).hex() for name in ("admin", "controller-manager", "scheduler")}
-    (workdir / "tokens.csv").write_text(
-        f'{tokens["admin"]},admin,admin,"system:masters"\n'
-        f"{tokens['controller-manager']},system:kube-controller-manager,kcm,\n"
-        f"{tokens['scheduler']},system:kube-scheduler,scheduler,\n"
-    )
+    loopback = ipaddress.ip_address(address).is_loopback
+    pki = _make_pki(workdir / "pki", address)
+    identities = (User("admin", "admin", ("system:masters",)), User("controller-manager", "system:kube-controller-manager"),
+                  User("scheduler", "system:kube-scheduler"), *users)
+    tokens = {user.key: os.urandom(16).hex() for user in identities}
+    (workdir / "tokens.csv").write_text("".join(
+        f"{tokens[u.key]},{u.name},{u.key}," + (f'"{",".join(u.groups)}"' if u.groups else "") + "\n" for u in identities))
     ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
-    server = f"https://127.0.0.1:{ports['apiserver']}"
+    server = f"https://{address}:{ports['apiserver']}"
     kubeconfigs = {
         name: _write_kubeconfig(workdir / f"{name}.kubeconfig", server, pki["ca.crt"], token, user=name)
         for name, token in tokens.items()
     }
-    plane = ControlPlane(workdir, bin_dir, server, kubeconfigs["admin"], pki["ca.crt"], tokens["admin"])
+    plane = ControlPlane(workdir, bin_dir, server, kubeconfigs["admin"], pki["ca.crt"], tokens["admin"], kubeconfigs=kubeconfigs)
     deadline = time.monotonic() + timeout
     try:
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
@@ -189,18 +207,21 @@ def start_control_plane(
         _wait(plane, "etcd", deadline, lambda: _http_ok(f"{etcd_url}/health"))
 
         _spawn(plane, "kube-apiserver", [
-            f"--etcd-servers={etcd_url}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--etcd-servers={etcd_url}", f"--bind-address={address}", f"--advertise-address={address}",
             f"--secure-port={ports['apiserver']}",
             f"--tls-cert-file={pki['apiserver.crt']}", f"--tls-private-key-file={pki['apiserver.key']}",
             f"--client-ca-file={pki['ca.crt']}", f"--token-auth-file={workdir / 'tokens.csv'}",
-            "--authorization-mode=RBAC", "--anonymous-auth=false",
+            # Node: a kubelet (system:node:NAME) may touch only its own node and pods.
+            "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki['sa.pub']}", f"--service-account-signing-key-file={pki['sa.key']}",
             f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+            # A node's address, never its name: no name here is known to the machine's resolver.
+            "--kubelet-preferred-address-types=InternalIP",
             f"--cert-dir={workdir / 'pki'}",
-            # The kubernetes Service's endpoints would have to be a routable address; nothing here
+            # The kubernetes Service's endpoints must be a routable address: on loopback nothing
             # reaches the API server through that Service, so no endpoints are kept for it.
-            "--endpoint-reconciler-type=none",
+            f"--endpoint-reconciler-type={'none' if loopback else 'lease'}",
         ])
         _wait(plane, "kube-apiserver", deadline, lambda: _http_ok(f"{server}/readyz", pki["ca.crt"], tokens["admin"]))
 
@@ -230,7 +251,8 @@ def start_control_plane(
         _wait(plane, "kube-scheduler", deadline, lambda: _http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz", None))
 
         nodes = [n for pool in pools for n in pool.node_manifests()]
-        plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(n) for n in nodes))
+        if nodes:
+            plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(n) for n in nodes))
         names = {n["metadata"]["name"] for n in nodes}
         _wait(plane, "kwok", deadline, lambda: names <= _ready_nodes(plane))
         # The controller-manager creates each namespace's "default" ServiceAccount; pods need it.
@@ -263,11 +285,15 @@ def _die_with_parent() -> None:
 
 
 def _spawn(plane: ControlPlane, name: str, args: list[str]) -> None:
-    log = open(plane.workdir / f"{name}.log", "wb")
-    plane.processes[name] = subprocess.Popen(
-        [str(plane.bin_dir / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-    )
+    plane.processes[name] = _spawn_argv(plane.workdir / f"{name}.log", [str(plane.bin_dir / name), *args])
+
+
+def _spawn_argv(log_path: Path, argv: list[str]) -> subprocess.Popen:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
 
 
 def _wait(plane: ControlPlane, name: str, deadline: float, ready: Callable[[], bool]) -> None:
@@ -343,7 +369,7 @@ def _write_kubeconfig(path: Path, server: str, ca_file: Path, token: str, user: 
     return path
 
 
-def _make_pki(directory: Path) -> dict[str, Path]:
+def _make_pki(directory: Path, address: str) -> dict[str, Path]:
     """A CA, the apiserver's serving certificate, and the service-account signing key pair."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -377,7 +403,8 @@ def _make_pki(directory: Path) -> dict[str, Path]:
         .add_extension(
             x509.SubjectAlternativeName(
                 [x509.DNSName(n) for n in names]
-                + [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(first_service_ip)]
+                + [x509.IPAddress(ipaddress.ip_address(a)) for a in sorted({"127.0.0.1", address})]
+                + [x509.IPAddress(first_service_ip)]
             ),
             critical=False,
         )

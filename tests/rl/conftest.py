@@ -32,7 +32,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def manifest(path: Path, model: Path, run: Path, *, name: str = "tiny", algorithm: dict | None = None,
              layout: dict | None = None, roles: dict | None = None, steps: int = 2, data: dict | None = None,
-             samples: int = 4, reward: dict | None = None, **trainer) -> Path:
+             samples: int = 4, reward: dict | None = None, checkpoint_interval: int = 1, **trainer) -> Path:
     """An RLJob for the tiny model that writes everything under `run`."""
     spec = {
         "model": {"path": str(model), "dtype": "float32"},
@@ -44,7 +44,7 @@ def manifest(path: Path, model: Path, run: Path, *, name: str = "tiny", algorith
         "roles": {"actor": {"replicas": 1, "gpusPerReplica": 2, "layout": layout or {"dp": 2}}, **(roles or {})},
         "trainer": {"totalSteps": steps, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3,
                     "optimizer": {"lr": 1e-4},
-                    "checkpoint": {"path": str(run / "ckpt"), "interval": 1, "keep": 2},
+                    "checkpoint": {"path": str(run / "ckpt"), "interval": checkpoint_interval, "keep": 2},
                     "exportPath": str(run / "final"), **trainer},
         "monitoring": {"enabled": False},
     }
@@ -78,9 +78,9 @@ def run_job(kuberl_cli: str):
 @pytest.fixture
 def start_training(kuberl_cli: str):
     """`kuberl run` started and past its first step; gives the process and the ranks' pids."""
-    def start(job: Path, run: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+    def start(job: Path, run: Path, preexec_fn=None) -> tuple[subprocess.Popen, dict[str, int]]:
         proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
         deadline = time.monotonic() + 300
         while not (run / "metrics.jsonl").exists():  # training is under way
             if proc.poll() is not None or time.monotonic() > deadline:

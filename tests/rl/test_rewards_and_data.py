@@ -112,13 +112,28 @@ def test_loader_resumes_where_it_stopped() -> None:
         PromptLoader(examples, 11, seed=0)
 
 
-def test_the_operator_reads_the_progress_the_engine_writes() -> None:
-    from kuberl.engine.runtime.progress import progress_json
-    from kuberl.operator.reconcile import ProgressReport
+def test_the_operator_reads_the_progress_the_engine_writes(tmp_path: Path) -> None:
+    import datetime as dt
 
-    report = ProgressReport.model_validate_json(progress_json(
-        {"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0}, total_steps=30))
-    assert (report.step, report.total_steps, report.reward_mean, report.kl, report.tokens_per_second) == (7, 30, 0.5, None, 120.0)
+    from kuberl.engine.runtime import checkpoint as ckpt
+    from kuberl.engine.runtime.progress import progress_report
+    from kuberl.operator.api import RLJobStatus
+    from kuberl.operator.reconcile import _apply_progress
+
+    # A checkpoint committed as the engine commits it, reported as the controller rank reports it.
+    ckpt.prepare(tmp_path, 5)
+    ckpt.write_part(tmp_path, 5, 0, {"step": 5})
+    ckpt.commit(tmp_path, 5, world_size=1, keep=2)
+    text = progress_report({"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0},
+                           total_steps=30, last_checkpoint=ckpt.status(tmp_path, 5)).to_json()
+    status = RLJobStatus()
+    _apply_progress(status, text)  # what the operator does with the ConfigMap's text
+    assert (status.step, status.total_steps, status.metrics.reward_mean, status.metrics.kl,
+            status.metrics.tokens_per_second) == (7, 30, 0.5, None, 120.0)
+    assert status.last_checkpoint.step == 5 and status.last_checkpoint.path == str(tmp_path / "step-00000005")
+    assert abs(status.last_checkpoint.time - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(minutes=1)
+    # ... and what the status then shows through the API: camelCase, as the CRD declares it.
+    assert status.to_manifest()["lastCheckpoint"]["path"].endswith("step-00000005")
 
 
 def test_reward_model_scores_prompt_and_response(tmp_path: Path) -> None:

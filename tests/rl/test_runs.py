@@ -111,21 +111,36 @@ def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
     assert steps[1]["reward_margin"] > 0  # step 1's update moved the policy toward the chosen answers
 
 
-def test_resume_is_exact_pp2(make_job, run_job) -> None:
-    straight_job, straight = make_job("straight", steps=3, layout={"pp": 2})
+def test_sigterm_checkpoints_the_running_step_and_resume_is_exact_pp2(make_job, run_job, start_training) -> None:
+    from kuberl.engine.runtime.checkpoint import complete_steps
+
+    straight_job, straight = make_job("straight", steps=4, layout={"pp": 2})
     result = run_job(straight_job, straight)
     assert result.returncode == 0, result.stderr[-3000:]
-    # Stopped after step 2 (the run ends there), then resumed from its checkpoint to step 3.
-    first_job, resumed = make_job("resumed", steps=2, layout={"pp": 2})
-    assert run_job(first_job, resumed).returncode == 0
-    second_job, _ = make_job("resumed", steps=3, layout={"pp": 2})
-    result = run_job(second_job, resumed)
+    # No periodic checkpoint: the only one is what the signal asks for.
+    job, resumed = make_job("resumed", steps=4, layout={"pp": 2}, checkpoint_interval=1000)
+    proc, _ = start_training(job, resumed)  # step 1 is done
+    try:
+        proc.send_signal(signal.SIGTERM)  # what the kubelet sends a pod that is deleted, evicted or drained
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    stopped_at = records(resumed)[-1]["step"]
+    assert 1 <= stopped_at < 4, "the run should have stopped early"
+    assert complete_steps(resumed / "ckpt") == [stopped_at]  # the step that was running, checkpointed
+    assert f"stopped after step {stopped_at} on request" in (resumed / "logs" / "rank-0.log").read_text()
+
+    result = run_job(job, resumed)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "resumed from" in (resumed / "logs" / "rank-0.log").read_text()
+    assert f"(step {stopped_at})" in (resumed / "logs" / "rank-0.log").read_text()  # "resumed from ... (step k)"
+    steps = [r["step"] for r in records(resumed)]
+    assert steps == list(range(1, 5)), steps  # nothing lost, nothing done twice
     a, b = exported(straight), exported(resumed)
     assert a.keys() == b.keys()
     for name in a:
-        assert torch.equal(a[name], b[name]), f"{name} differs after resume"
+        assert torch.equal(a[name], b[name]), f"{name} differs after a stop and resume"
     assert records(straight)[-1]["reward_mean"] == records(resumed)[-1]["reward_mean"]
 
 
@@ -151,12 +166,16 @@ def test_bad_data_line_names_file_and_line(make_job, run_job, tmp_path: Path) ->
     assert f"{data}:2: not valid JSON" in result.stderr
 
 
-def test_ctrl_c_stops_every_rank(make_job, start_training) -> None:
-    job, run = make_job(steps=50)
-    proc, pids = start_training(job, run)
+def test_ctrl_c_stops_every_rank_even_when_sigint_was_ignored(make_job, start_training) -> None:
+    from kuberl.engine.runtime.checkpoint import complete_steps
+
+    job, run = make_job(steps=50, checkpoint_interval=1000)
+    # A shell that starts a job in the background hands it SIGINT ignored (so do many CI runners);
+    # `kuberl run` must stop on Ctrl-C whatever it inherited.
+    proc, pids = start_training(job, run, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (here to `kuberl run` alone)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -165,6 +184,7 @@ def test_ctrl_c_stops_every_rank(make_job, start_training) -> None:
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    assert complete_steps(run / "ckpt") == [records(run)[-1]["step"]]
 
 
 def test_smoke(kuberl_cli: str) -> None:

@@ -1,0 +1,41 @@
+"""The progress contract between a job's controller rank and the operator.
+
+The controller rank writes a ProgressReport as JSON under PROGRESS_KEY in the job's progress
+ConfigMap (engine/runtime/progress.py); the operator reads it back with the same model and copies it
+into the RLJob's status (operator/reconcile.py). Both import it from here, so a key cannot be renamed
+on one side only; the engine still never imports the operator.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from .base import SpecModel
+
+PROGRESS_KEY = "progress.json"
+
+
+class CheckpointStatus(SpecModel):
+    """The newest complete checkpoint: where a restarted job resumes from."""
+
+    step: int = Field(ge=0)
+    path: str
+    """The step folder as the trainer pods see it (under trainer.checkpoint.path)."""
+    time: datetime | None = None
+    """When the checkpoint was committed (UTC)."""
+
+
+class ProgressReport(SpecModel):
+    """What the controller rank reports after every step."""
+
+    step: int = Field(ge=0)
+    total_steps: int | None = Field(default=None, ge=0)
+    reward_mean: float | None = None
+    kl: float | None = None
+    tokens_per_second: float | None = Field(default=None, ge=0)
+    last_checkpoint: CheckpointStatus | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)

@@ -1,0 +1,408 @@
+"""A real Kubernetes node for tests: kubelet, containerd with runc, a CNI bridge, kube-proxy and CoreDNS.
+
+Pods run in real containers. Everything lives on this machine:
+
+    host network namespace                node network namespace (made here, `ip netns add`)
+      kube-apiserver on HOST_IP  <-veth->   NODE_IP: kubelet, containerd, kube-proxy, CoreDNS
+                                              bridge kuberl0 (POD_CIDR) -> one namespace per pod
+
+The node's daemons are started with `nsenter --net` (not `ip netns exec`, whose private /sys would
+hide the cgroup mounts). The node namespace has no default route, so nothing a pod sends can leave
+the machine: pod -> Service IP is rewritten by kube-proxy to a pod or to the API server across the
+veth; every other destination is unreachable.
+
+Facts of this machine the settings answer (DESIGN.md has the measurements):
+- cgroups are mounted hybrid (v1 controllers, an unused v2 hierarchy): kubelet 1.35+ refuses cgroup
+  v1 unless `failCgroupV1: false`; the cgroup driver is cgroupfs (no systemd runs).
+- No process here holds CAP_SYS_RESOURCE (the machine's bounding set lacks it), so none may lower its
+  OOM score: containerd clamps the scores the kubelet asks for (restrict_oom_score_adj).
+- No registry is reachable: the pause image and the project's images are imported into containerd
+  (`ctr images import`), and pods name them with imagePullPolicy IfNotPresent or Never.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .control_plane import ControlPlane, ControlPlaneError, User, _ready_nodes, _spawn_argv, _tail, _terminate
+
+NODE_NAME = "kuberl-node"
+HOST_IP, NODE_IP = "10.250.0.1", "10.250.0.2"
+VETH_PREFIX = 24
+POD_CIDR = "10.244.0.0/24"
+CLUSTER_DOMAIN = "cluster.local"
+NODE_LABEL = "kuberl.dev/real-node"
+CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "coredns")
+KUBE_NODE_BINARIES = ("kubelet", "kube-proxy")
+
+
+def node_users() -> tuple[User, ...]:
+    """The identities the node's daemons use; pass them to start_control_plane."""
+    return (User("kubelet", f"system:node:{NODE_NAME}", ("system:nodes",)),
+            User("kube-proxy", "system:kube-proxy"),  # bound to system:node-proxier by the bootstrap policy
+            User("coredns", "kuberl:coredns"))
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    """The node's network namespace and the veth pair that joins it to the host."""
+
+    netns: str
+    host_if: str
+    node_if: str
+
+    @staticmethod
+    def create(tag: str) -> "NodeNetwork":
+        net = NodeNetwork(netns=f"kuberl-{tag}", host_if=f"krh{tag}"[:15], node_if=f"krn{tag}"[:15])
+        net.destroy()  # what a killed run of the same tag left
+        steps = [
+            ["ip", "netns", "add", net.netns],
+            ["ip", "link", "add", net.host_if, "type", "veth", "peer", "name", net.node_if],
+            ["ip", "link", "set", net.node_if, "netns", net.netns],
+            ["ip", "addr", "add", f"{HOST_IP}/{VETH_PREFIX}", "dev", net.host_if],
+            ["ip", "link", "set", net.host_if, "up"],
+            *[net.inside(cmd) for cmd in (
+                ["ip", "addr", "add", f"{NODE_IP}/{VETH_PREFIX}", "dev", net.node_if],
+                ["ip", "link", "set", net.node_if, "up"],
+                ["ip", "link", "set", "lo", "up"],
+                # Per namespace: routing between pods and the veth, and iptables on bridged traffic
+                # (kube-proxy's rules must see a pod's reply to another pod on the same bridge).
+                ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                ["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"],
+            )],
+            # The host reaches pods (Prometheus scraping a trainer) through the node.
+            ["ip", "route", "add", POD_CIDR, "via", NODE_IP, "dev", net.host_if],
+        ]
+        for cmd in steps:
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                net.destroy()
+                raise ControlPlaneError(f"node network: `{' '.join(cmd)}` failed: {result.stderr.strip()}")
+        return net
+
+    def inside(self, argv: list[str]) -> list[str]:
+        """`argv` run in the node's network namespace, with the host's mounts (cgroups, /sys)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
+
+    def destroy(self) -> None:
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+
+
+@dataclass
+class Node:
+    """A running node, registered as NODE_NAME and Ready."""
+
+    plane: ControlPlane
+    workdir: Path
+    bin_dir: Path
+    network: NodeNetwork
+    containerd_socket: Path
+    image_store: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    name: str = NODE_NAME
+
+    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run([str(self.bin_dir / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io", *args],
+                                capture_output=True, text=True, timeout=900)
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
+        return result
+
+    def images(self) -> set[str]:
+        return set(self.ctr("images", "list", "-q").stdout.split())
+
+    def sync_images(self, wanted: dict[str, Path]) -> None:
+        """Import the wanted images that are missing; drop the project's images of older trees."""
+        present = self.images()
+        for ref, archive in wanted.items():
+            if ref not in present:
+                self.ctr("images", "import", str(archive))
+        stale = [ref for ref in present if ref.startswith("localhost/kuberl-") and ref not in wanted]
+        if stale:
+            self.ctr("images", "remove", *stale)
+
+    def remove_containers(self) -> None:
+        """What the node ran (sandboxes and containers, their processes already killed), so that the
+        kept image store holds images only."""
+        for kind in ("tasks", "containers", "sandboxes"):
+            ids = self.ctr(kind, "list", "-q", check=False).stdout.split()
+            if ids and kind == "tasks":
+                for task in ids:
+                    self.ctr("tasks", "delete", "--force", task, check=False)
+            elif ids:
+                self.ctr(kind, "remove", *ids, check=False)
+
+    def log(self, name: str) -> str:
+        return _tail(self.workdir / f"{name}.log")
+
+    def stop(self) -> None:
+        containerd = self.processes.pop("containerd", None)
+        for name in reversed(list(self.processes)):
+            _terminate(self.processes[name])
+        self.processes.clear()
+        _kill_containers(self.workdir, self.network, keep=containerd)
+        if containerd is not None:
+            if containerd.poll() is None:
+                self.remove_containers()
+            _terminate(containerd)
+        _unmount_under(self.workdir)
+        self.network.destroy()
+
+
+def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: Path, network: NodeNetwork,
+               pause_image: str, images: dict[str, Path], image_store: Path | None = None,
+               timeout: float = 180.0) -> Node:
+    """Start containerd, import `images` (reference -> docker archive; `pause_image` is the pods'
+    sandbox), then kubelet, kube-proxy and CoreDNS; wait until the node is Ready.
+
+    `image_store`: containerd's root (images, snapshots) kept between runs, as a real node keeps its
+    disk across reboots: an image already there is not imported again, and every container is
+    removed when the node stops. None keeps it under `workdir`.
+    """
+    missing = [b for b in NODE_BINARIES if not (bin_dir / b).is_file()]
+    missing += [b for b in KUBE_NODE_BINARIES if not (kube_bin_dir / b).is_file()]
+    missing += [str(p) for p in (CNI_BIN_DIR / "bridge", CNI_BIN_DIR / "host-local", CNI_BIN_DIR / "loopback") if not p.exists()]
+    missing += [tool for tool in ("iptables", "nsenter", "ip") if shutil.which(tool) is None]
+    if missing:
+        raise ControlPlaneError(f"the real node needs: {', '.join(missing)} (scripts/node-deps.sh, node-binaries.sh, kube-binaries.sh)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    for b in KUBE_NODE_BINARIES:  # one folder for _spawn_argv
+        target = bin_dir / b
+        if not target.exists():
+            target.symlink_to(kube_bin_dir / b)
+    socket = workdir / "containerd" / "containerd.sock"
+    node = Node(plane, workdir, bin_dir, network, socket, image_store=image_store or workdir / "containerd" / "root")
+    deadline = time.monotonic() + timeout
+    try:
+        _start_containerd(node, pause_image)
+        _wait(node, "containerd", deadline, lambda: node.ctr("version", check=False).returncode == 0)
+        node.sync_images(images)
+        _start_kubelet(node)
+        _wait(node, "kubelet", deadline, lambda: NODE_NAME in _ready_nodes(plane))
+        _start_kube_proxy(node)
+        _start_coredns(node)
+        _wait(node, "coredns", deadline, lambda: _coredns_answers(node))
+    except BaseException:
+        node.stop()
+        raise
+    return node
+
+
+# --- the daemons --------------------------------------------------------------------------------
+
+
+def _spawn(node: Node, name: str, args: list[str]) -> None:
+    node.processes[name] = _spawn_argv(node.workdir / f"{name}.log", node.network.inside([str(node.bin_dir / name), *args]))
+
+
+def _start_containerd(node: Node, pause_image: str) -> None:
+    root = node.workdir / "containerd"
+    cni = node.workdir / "cni"
+    (cni / "net.d").mkdir(parents=True, exist_ok=True)
+    (cni / "net.d" / "10-kuberl.conflist").write_text(json.dumps({
+        "cniVersion": "1.0.0",
+        "name": "kuberl",
+        "plugins": [{
+            "type": "bridge", "bridge": "kuberl0", "isGateway": True, "hairpinMode": True,
+            # Pod traffic to the API server leaves with the node's address, so the host can answer it.
+            # The default route ends in the node namespace, which has none: nothing gets further.
+            "ipMasq": True,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}],
+                     "dataDir": str(cni / "ipam")},
+        }],
+    }))
+    config = root / "config.toml"
+    root.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"""version = 3
+root = "{node.image_store}"
+state = "{root / 'state'}"
+
+[grpc]
+  address = "{node.containerd_socket}"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{pause_image}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  netns_mounts_under_state_dir = true
+  # This machine withholds CAP_SYS_RESOURCE, so no process may lower its OOM score below its
+  # parent's; the kubelet asks -998 for every sandbox. Clamp instead of failing every pod.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "{node.bin_dir / 'runc'}"
+        Root = "{root / 'runc'}"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{CNI_BIN_DIR}"]
+    conf_dir = "{cni / 'net.d'}"
+""")
+    _spawn(node, "containerd", ["--config", str(config), "--log-level", "info"])
+
+
+def _start_kubelet(node: Node) -> None:
+    kubelet = node.workdir / "kubelet"
+    kubelet.mkdir(parents=True, exist_ok=True)
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        # This machine mounts cgroups hybrid (v1 controllers): kubelet 1.35+ refuses v1 by default.
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",  # no systemd runs here
+        "containerRuntimeEndpoint": f"unix://{node.containerd_socket}",
+        "failSwapOn": False,
+        # The API server reaches the kubelet (logs, exec) with no client certificate of its own.
+        "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "address": NODE_IP,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [NODE_IP],
+        "resolvConf": "",  # pods get cluster DNS only: no name of the host's resolver leaks in
+        "podLogsDir": str(node.workdir / "pod-logs"),
+        # The suite's disk and memory are whatever the machine has; never evict a test's pods.
+        "evictionHard": {"memory.available": "1Mi", "nodefs.available": "0%", "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "maxPods": 40,
+        "serializeImagePulls": False,
+    }
+    (kubelet / "config.json").write_text(json.dumps(config, indent=2))
+    _spawn(node, "kubelet", [
+        f"--config={kubelet / 'config.json'}", f"--kubeconfig={node.plane.kubeconfigs['kubelet']}",
+        f"--root-dir={kubelet / 'root'}", f"--cert-dir={kubelet / 'pki'}",
+        f"--hostname-override={NODE_NAME}", f"--node-ip={NODE_IP}", f"--node-labels={NODE_LABEL}=true",
+        "--v=1",
+    ])
+
+
+def _start_kube_proxy(node: Node) -> None:
+    config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(node.plane.kubeconfigs["kube-proxy"])},
+        "mode": "iptables",
+        "clusterCIDR": POD_CIDR,
+        "hostnameOverride": NODE_NAME,
+        "bindAddress": NODE_IP,
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        "oomScoreAdj": 0,  # lowering it needs CAP_SYS_RESOURCE, which this machine withholds
+        # Leave the kernel's conntrack limits alone (they are the host's, not this namespace's).
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+    }
+    path = node.workdir / "kube-proxy.json"
+    path.write_text(json.dumps(config, indent=2))
+    _spawn(node, "kube-proxy", [f"--config={path}"])
+
+
+def _start_coredns(node: Node) -> None:
+    rbac = [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kuberl:coredns"},
+         "rules": [{"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kuberl:coredns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl:coredns"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kuberl:coredns"}]},
+    ]
+    node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(doc) for doc in rbac))
+    corefile = node.workdir / "Corefile"
+    # No `forward`: a name outside the cluster gets no answer, as nothing outside is reachable anyway.
+    corefile.write_text(f""".:53 {{
+    bind {NODE_IP}
+    errors
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
+        kubeconfig {node.plane.kubeconfigs['coredns']}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }}
+    cache 5
+}}
+""")
+    _spawn(node, "coredns", ["-conf", str(corefile)])
+
+
+def _coredns_answers(node: Node) -> bool:
+    import struct
+
+    # One A query for the kubernetes Service, sent from inside the node namespace.
+    query = struct.pack(">HHHHHH", 0x4B52, 0x0100, 1, 0, 0, 0)
+    query += b"".join(bytes([len(p)]) + p.encode() for p in f"kubernetes.default.svc.{CLUSTER_DOMAIN}".split(".")) + b"\0"
+    query += struct.pack(">HH", 1, 1)
+    script = ("import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(1);"
+              f"s.sendto(bytes.fromhex('{query.hex()}'),('{NODE_IP}',53));d=s.recv(512);"
+              "sys.exit(0 if d[3]&15==0 and int.from_bytes(d[6:8],'big')>0 else 1)")
+    return subprocess.run(node.network.inside([os.sys.executable, "-c", script]), capture_output=True).returncode == 0
+
+
+def _wait(node: Node, name: str, deadline: float, ready: Callable[[], bool]) -> None:
+    while True:
+        for proc_name, proc in node.processes.items():
+            if proc.poll() is not None:
+                raise ControlPlaneError(f"{proc_name} exited with status {proc.returncode} while waiting for {name}:\n{node.log(proc_name)}")
+        try:
+            if ready():
+                return
+        except (OSError, subprocess.SubprocessError):
+            pass
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"{name} was not ready in time; its log ends with:\n{node.log(name)}")
+        time.sleep(0.5)
+
+
+# --- clean-up -------------------------------------------------------------------------------------
+
+
+def _kill_containers(workdir: Path, network: NodeNetwork, keep: subprocess.Popen | None) -> None:
+    """Every process the node started outlives its daemons (shims, containers): kill them all, but
+    `keep` (containerd, still needed to remove what it ran)."""
+    victims: set[int] = set()
+    listed = subprocess.run(["ip", "netns", "pids", network.netns], capture_output=True, text=True)
+    victims |= {int(p) for p in listed.stdout.split()}
+    if keep is not None:
+        # nsenter execs containerd: the Popen's pid is containerd's own.
+        victims.discard(keep.pid)
+    for procs in Path("/sys/fs/cgroup").glob("*/kubepods*/**/cgroup.procs"):
+        try:
+            victims |= {int(p) for p in procs.read_text().split()}
+        except OSError:
+            pass
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    time.sleep(0.5)
+    # Empty pod cgroups, deepest first, so the next node starts clean.
+    for top in Path("/sys/fs/cgroup").glob("*/kubepods*"):
+        for directory in sorted((d for d in top.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)) + [top]:
+            try:
+                directory.rmdir()
+            except OSError:
+                pass
+
+
+def _unmount_under(workdir: Path) -> None:
+    """Volumes, overlay snapshots and network namespaces the node mounted under its workdir."""
+    prefix = str(workdir.resolve())
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1].replace("\\040", " ") for line in mounts]
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)

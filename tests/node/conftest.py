@@ -1,0 +1,61 @@
+"""The real-node tier: a control plane whose API server listens on the host end of a veth, and one
+real node (kubelet, containerd, runc, CNI bridge, kube-proxy, CoreDNS) in a network namespace of its
+own, with the operator and trainer images built here imported into its containerd.
+See kuberl.operator.testing.node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _script(name: str) -> str:
+    result = subprocess.run(["bash", str(REPO / "scripts" / name)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.fail(f"scripts/{name} failed:\n{result.stderr[-4000:]}", pytrace=False)
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def built_images() -> dict[str, str]:
+    """scripts/images.sh's output: PAUSE_/OPERATOR_/TRAINER_ IMAGE and ARCHIVE (built once per tree)."""
+    lines = [line for line in _script("images.sh").splitlines() if "=" in line]
+    return dict(line.split("=", 1) for line in lines)
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, str]):
+    from kuberl.operator.testing.control_plane import ControlPlaneError, start_control_plane
+    from kuberl.operator.testing.node import HOST_IP, NodeNetwork, node_users, start_node
+
+    if os.geteuid() != 0:
+        pytest.fail("the real-node tests need root (network namespaces, cgroups, mounts), as CI has", pytrace=False)
+    kube_bin = Path(_script("kube-binaries.sh").strip().splitlines()[-1])
+    node_bin = Path(_script("node-binaries.sh").strip().splitlines()[-1])
+    workdir = tmp_path_factory.mktemp("real-node")
+    started = time.monotonic()
+    network = NodeNetwork.create(str(os.getpid() % 10000))
+    plane = node = None
+    try:
+        plane = start_control_plane(kube_bin, workdir / "plane", pools=(), address=HOST_IP, users=node_users())
+        images = {built_images[f"{k}_IMAGE"]: Path(built_images[f"{k}_ARCHIVE"]) for k in ("PAUSE", "OPERATOR", "TRAINER")}
+        # Kept between runs beside the node's binaries: an image already imported is not imported again.
+        store = node_bin.parent / "containerd-root"
+        node = start_node(plane, node_bin, kube_bin, workdir / "node", network, built_images["PAUSE_IMAGE"],
+                          images=images, image_store=store)
+    except ControlPlaneError as exc:
+        if plane is not None:
+            plane.stop()
+        network.destroy()
+        pytest.fail(f"the real node did not start: {exc}", pytrace=False)
+    node.start_seconds = time.monotonic() - started
+    yield node
+    node.stop()
+    plane.stop()

@@ -1,0 +1,306 @@
+"""The product as one piece, on a real node: `helm install` runs the operator image in its own pod,
+`kubectl apply` of an RLJob makes trainer pods from the trainer image that train with gloo over the
+pod network, report progress, and survive a killed container, a deleted operator, a deleted trainer
+pod (SIGTERM), suspension, and leave nothing behind when the RLJob is deleted.
+
+Every job trains the same tiny model with the same seed, so each ends with the same weights as the
+uninterrupted reference job, bit for bit, however it was interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from kuberl.operator.testing.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent.parent
+CHART = REPO / "helm" / "kuberl"
+OPERATOR_NAMESPACE = "kuberl-system"
+TRAINER_UID = 10001
+STEPS, INTERVAL = 6, 3
+DATA = "/data"  # where the job's volume is mounted in the trainer pods
+
+
+def kubectl_json(node, *args: str) -> dict:
+    return json.loads(node.plane.kubectl(*args, "-o", "json").stdout)
+
+
+@pytest.fixture(scope="module")
+def operator_release(real_node, built_images):
+    """The chart, installed with the operator image built here; the operator runs in its own pod."""
+    plane = real_node.plane
+    repository, tag = built_images["OPERATOR_IMAGE"].rsplit(":", 1)
+    plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+               "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+               "--set", f"trainerImage={built_images['TRAINER_IMAGE']}", "--wait", "--timeout", "180s")
+    yield
+    plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
+
+
+def operator_pod(node) -> dict:
+    pods = kubectl_json(node, "get", "pods", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/name=kuberl")["items"]
+    running = [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+    return running[0] if len(running) == 1 else {}
+
+
+class JobVolume:
+    """A hostPath PersistentVolume on the node, bound to a claim in `namespace`: the tiny model, the
+    checkpoints, the metrics and the export, seen by the pods under DATA and by the test at `host`."""
+
+    def __init__(self, node, namespace: str, root: Path):
+        from kuberl.engine.models.tiny import make_tiny_model
+
+        self.namespace, self.host = namespace, root / namespace
+        self.host.mkdir(parents=True)
+        make_tiny_model(self.host / "model", seed=0)
+        for path in [self.host, *self.host.rglob("*")]:
+            os.chown(path, TRAINER_UID, TRAINER_UID)  # the pods run as this user; hostPath keeps owners
+        self.claim = "job-data"
+        docs = [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"data-{namespace}"},
+             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                      "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(self.host), "type": "Directory"},
+                      "claimRef": {"namespace": namespace, "name": self.claim}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": self.claim, "namespace": namespace},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": f"data-{namespace}",
+                      "resources": {"requests": {"storage": "1Gi"}}}},
+        ]
+        node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+
+    def on_host(self, pod_path: str) -> Path:
+        return self.host / Path(pod_path).relative_to(DATA)
+
+    def records(self) -> list[dict]:
+        path = self.host / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def exported(self) -> dict:
+        from safetensors.torch import load_file
+
+        return load_file(self.host / "final" / "model.safetensors")
+
+
+def rljob(name: str, claim: str, image: str, **run_policy) -> dict:
+    return {
+        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
+        "spec": {
+            "image": image, "imagePullPolicy": "Never",
+            "model": {"path": f"{DATA}/model", "dtype": "float32"},
+            "data": {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
+                     "maxPromptLength": 64},
+            "algorithm": {"name": "grpo", "klCoef": 0.05},
+            "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
+            "reward": {"rules": [{"name": "math_answer"}, {"name": "length_penalty", "weight": 0.1, "args": {"max_chars": 6}}]},
+            # Two actor pods (DP=2, gloo across the pod network) and the reference on a pod of its own.
+            "roles": {"actor": {"replicas": 2, "layout": {"dp": 2}}, "ref": {"replicas": 1}},
+            "trainer": {"totalSteps": STEPS, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
+                        "checkpoint": {"path": DATA, "interval": INTERVAL, "keep": 2, "claimName": claim},
+                        "exportPath": f"{DATA}/final"},
+            "runPolicy": {"backoffLimit": 3, "terminationGracePeriodSeconds": 120, **run_policy},
+            "monitoring": {"enabled": True},
+        },
+    }
+
+
+class Job:
+    """One RLJob in a namespace of its own, with its volume."""
+
+    def __init__(self, node, image: str, volumes: Path, prefix: str, **run_policy):
+        self.node = node
+        self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        node.plane.kubectl("create", "namespace", self.namespace)
+        self.volume = JobVolume(node, self.namespace, volumes)
+        self.name = prefix
+        node.plane.kubectl("apply", "-n", self.namespace, "-f", "-",
+                           input=json.dumps(rljob(self.name, self.volume.claim, image, **run_policy)))
+
+    def get(self) -> dict:
+        return kubectl_json(self.node, "get", "rlj", self.name, "-n", self.namespace)
+
+    def status(self) -> dict:
+        return self.get().get("status") or {}
+
+    def pods(self) -> list[dict]:
+        return kubectl_json(self.node, "get", "pods", "-n", self.namespace, "-l", f"kuberl.dev/job={self.name}")["items"]
+
+    def wait_for(self, check, timeout: float, what: str):
+        try:
+            return eventually(check, timeout, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.diagnosis()}") from None
+
+    def wait_for_phase(self, phase: str, timeout: float = 900) -> dict:
+        return self.wait_for(lambda: self.status().get("phase") == phase and self.status(), timeout, f"phase {phase}")
+
+    def wait_for_step(self, step: int, timeout: float = 600) -> int:
+        return self.wait_for(lambda: (self.status().get("step") or 0) >= step and self.status()["step"], timeout, f"step {step}")
+
+    def diagnosis(self) -> str:
+        parts = [json.dumps(self.status(), indent=1)[-2000:]]
+        for pod in self.pods():
+            name = pod["metadata"]["name"]
+            logs = self.node.plane.kubectl("logs", name, "-n", self.namespace, "--tail=30", check=False)
+            parts.append(f"--- {name} {pod['status'].get('phase')}\n{logs.stdout}{logs.stderr}")
+        operator = operator_pod(self.node)
+        if operator:
+            logs = self.node.plane.kubectl("logs", operator["metadata"]["name"], "-n", OPERATOR_NAMESPACE, "--tail=30", check=False)
+            parts.append(f"--- operator\n{logs.stdout}")
+        return "\n".join(parts)
+
+    def delete(self) -> None:
+        self.node.plane.kubectl("delete", "namespace", self.namespace, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def volumes(real_node) -> Path:
+    root = real_node.workdir / "volumes"
+    root.mkdir(exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(real_node, operator_release, built_images, volumes) -> Job:
+    """The uninterrupted job: trains to the end in real pods."""
+    job = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "reference")
+    job.wait_for_phase("Succeeded")
+    return job
+
+
+def assert_same_weights(job: Job, reference: Job) -> None:
+    import torch
+
+    a, b = reference.volume.exported(), job.volume.exported()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs from the uninterrupted job's"
+
+
+def test_helm_install_runs_the_operator_image_locked_down(real_node, operator_release) -> None:
+    pod = eventually(lambda: operator_pod(real_node), 120, "the operator pod to run")
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    assert spec["serviceAccountName"] == "kuberl"
+    assert spec["securityContext"]["runAsUser"] == TRAINER_UID and spec["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # The container really runs as that user: the kubelet reports its process's identity.
+    out = real_node.plane.kubectl("exec", "-n", OPERATOR_NAMESPACE, pod["metadata"]["name"], "--", "id", "-u", check=False)
+    assert out.stdout.strip() == str(TRAINER_UID), out.stderr
+
+
+def test_an_rljob_trains_in_real_pods_and_reports_its_checkpoint(real_node, reference: Job) -> None:
+    status = reference.status()
+    assert status["phase"] == "Succeeded" and status["step"] == STEPS and status.get("restarts", 0) == 0
+    assert "rewardMean" in status["metrics"]
+    # What a user sees: kubectl's printer columns.
+    table = real_node.plane.kubectl("get", "rlj", reference.name, "-n", reference.namespace).stdout
+    assert "Succeeded" in table and f" {STEPS} " in table, table
+    checkpoint = status["lastCheckpoint"]
+    assert checkpoint["step"] == STEPS and checkpoint["time"]
+    assert (reference.volume.on_host(checkpoint["path"]) / "meta.json").is_file()
+    # Each trainer pod ran under the restricted security context, from the trainer image.
+    for pod in reference.pods():
+        container = pod["spec"]["containers"][0]
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+        assert pod["spec"]["securityContext"]["runAsUser"] == TRAINER_UID
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(reference.volume.host / "final")
+    assert model.config.num_hidden_layers == 2
+    # Rank 0 was found through the headless Service's DNS name (MASTER_ADDR) from the other pods.
+    assert [r["step"] for r in reference.volume.records()] == list(range(1, STEPS + 1))
+    # The operator's own log has no refused request.
+    operator = operator_pod(real_node)["metadata"]["name"]
+    log = real_node.plane.kubectl("logs", operator, "-n", OPERATOR_NAMESPACE).stdout
+    assert "forbidden" not in log.lower() and "Traceback" not in log, log[-3000:]
+
+
+def _container_pid(node, pod: dict) -> int:
+    """The host pid of a pod's trainer container, from containerd."""
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    tasks = node.ctr("tasks", "list").stdout.splitlines()  # TASK PID STATUS
+    return int(next(line.split()[1] for line in tasks if line.startswith(container_id)))
+
+
+def test_a_killed_trainer_restarts_the_gang_from_its_checkpoint_and_ends_bitwise_equal(real_node, reference: Job, built_images, volumes) -> None:
+    job = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "killed")
+    try:
+        job.wait_for_step(INTERVAL + 1)  # past the first checkpoint, before the second
+        victim = next(p for p in job.pods() if p["metadata"]["labels"]["kuberl.dev/role"] == "actor"
+                      and p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") == "1")
+        os.kill(_container_pid(real_node, victim), signal.SIGKILL)
+        status = job.wait_for_phase("Succeeded")
+        assert status["restarts"] == 1
+        steps = [r["step"] for r in job.volume.records()]
+        replayed = next(s for i, s in enumerate(steps) if s in steps[:i])
+        assert replayed == INTERVAL + 1 and set(steps) == set(range(1, STEPS + 1)), steps  # resumed from step INTERVAL
+        assert_same_weights(job, reference)
+    finally:
+        job.delete()
+
+
+def test_a_deleted_trainer_pod_checkpoints_the_running_step_and_nothing_is_lost(real_node, reference: Job, built_images, volumes) -> None:
+    job = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "sigterm")
+    try:
+        job.wait_for_step(1)
+        victim = next(p for p in job.pods() if p["metadata"]["labels"]["kuberl.dev/role"] == "actor")
+        # What a drain or a preemption does: SIGTERM, then the grace period.
+        real_node.plane.kubectl("delete", "pod", victim["metadata"]["name"], "-n", job.namespace, "--grace-period=120", "--wait=false")
+        status = job.wait_for_phase("Succeeded")
+        assert status["restarts"] == 1
+        steps = [r["step"] for r in job.volume.records()]
+        # Stopped after the step that was running, checkpointed it, and went on with the next one.
+        assert steps == list(range(1, STEPS + 1)), steps
+        assert_same_weights(job, reference)
+    finally:
+        job.delete()
+
+
+def test_a_deleted_operator_pod_is_replaced_and_the_job_still_succeeds(real_node, reference: Job, built_images, volumes) -> None:
+    job = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "operator-gone")
+    try:
+        job.wait_for_step(1)
+        old = operator_pod(real_node)["metadata"]["name"]
+        real_node.plane.kubectl("delete", "pod", old, "-n", OPERATOR_NAMESPACE, "--wait=false")
+        eventually(lambda: operator_pod(real_node) and operator_pod(real_node)["metadata"]["name"] != old, 180,
+                   "a new operator pod")
+        status = job.wait_for_phase("Succeeded")
+        assert status.get("restarts", 0) == 0
+        jobs = kubectl_json(real_node, "get", "jobs", "-n", job.namespace)["items"]
+        assert sorted(j["metadata"]["name"] for j in jobs) == [f"{job.name}-actor", f"{job.name}-ref"]  # no duplicates
+        assert_same_weights(job, reference)
+    finally:
+        job.delete()
+
+
+def test_suspend_removes_the_pods_and_resume_continues_from_the_checkpoint(real_node, reference: Job, built_images, volumes) -> None:
+    job = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "suspend")
+    try:
+        job.wait_for_step(1)
+        real_node.plane.kubectl("patch", "rlj", job.name, "-n", job.namespace, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
+        job.wait_for(lambda: job.status().get("phase") == "Suspended" and not job.pods(), 300, "suspended with no pod")
+        stopped = job.status()["lastCheckpoint"]["step"]
+        real_node.plane.kubectl("patch", "rlj", job.name, "-n", job.namespace, "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+        job.wait_for_phase("Succeeded")
+        steps = [r["step"] for r in job.volume.records()]
+        assert steps[stopped:] == list(range(stopped + 1, STEPS + 1)), steps  # resumed after its checkpoint
+        assert_same_weights(job, reference)
+        # Deleting the RLJob removes everything it owns.
+        real_node.plane.kubectl("delete", "rlj", job.name, "-n", job.namespace, "--wait=true", "--timeout=120s")
+
+        def nothing_left() -> bool:
+            kinds = "pods,jobs,services,configmaps,serviceaccounts,roles,rolebindings"
+            items = kubectl_json(real_node, "get", kinds, "-n", job.namespace, "-l", f"kuberl.dev/job={job.name}")["items"]
+            return not items
+
+        job.wait_for(nothing_left, 120, "every child of the deleted RLJob to be gone")
+    finally:
+        job.delete()
