@@ -18,7 +18,9 @@ COPY engine ./engine
 # The base install (no extras) is exactly the operator's dependencies.
 RUN pip install . && rm -rf /src
 
-# Unprivileged, with a numeric id so that runAsNonRoot can verify it; no passwd entry is needed.
+# Unprivileged, with a numeric id so that runAsNonRoot can verify it. The passwd entry is needed:
+# kopf and torch ask getpass.getuser() for the user's name, which fails for an unknown uid.
+RUN echo "kuberl:x:10001:10001:kuberl:/tmp:/usr/sbin/nologin" >> /etc/passwd && echo "kuberl:x:10001:" >> /etc/group
 USER 10001:10001
 WORKDIR /
 ENTRYPOINT ["kuberl"]

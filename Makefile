@@ -3,19 +3,28 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries prometheus test crd lock main-job bench-setup
+.PHONY: setup kube-binaries node-deps node-binaries images prometheus test crd lock main-job bench-setup
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
 
-kube-binaries:  ## build (once) and cache the Kubernetes binaries of the cluster tests
+kube-binaries: node-deps  ## build (once) and cache the Kubernetes binaries of the cluster and real-node tests
 	bash scripts/kube-binaries.sh >/dev/null
+
+node-deps:  ## Debian's packages of the real-node tests (CNI plugins, iptables, buildah, mmdebstrap, compilers); needs root
+	bash scripts/node-deps.sh
+
+node-binaries: node-deps  ## build (once) and cache containerd, runc and CoreDNS for the real-node tests
+	bash scripts/node-binaries.sh >/dev/null
+
+images: node-deps kube-binaries  ## build the operator and CPU trainer images with buildah (cached by a hash of their inputs)
+	bash scripts/images.sh
 
 prometheus:  ## Debian's prometheus and promtool, unpacked once into ~/.cache/kuberl (the monitoring tests use them)
 	@# Not fatal here: without it the monitoring tests fail with the reason, and every other test still runs.
 	-bash scripts/prometheus.sh >/dev/null
 
-test: setup kube-binaries prometheus  ## run the test suite
+test: setup node-deps kube-binaries node-binaries prometheus  ## run the test suite (the real-node tests build the images on first use)
 	$(VENV)/bin/pytest
 
 crd: setup  ## regenerate crds/ from the API models

@@ -39,6 +39,21 @@ def load_client_configuration(kubeconfig: str | None) -> client.Configuration:
     return configuration
 
 
+def bearer_token(configuration: client.Configuration) -> str | None:
+    """The bearer token the kubernetes client would send, for kopf's own HTTP client.
+
+    In a pod, `load_incluster_config` stores "bearer <token>" (lower case) and re-reads the rotated
+    ServiceAccount token through a refresh hook, which `get_api_key_with_prefix` runs; a kubeconfig
+    stores "Bearer <token>"; a hand-made configuration may keep the prefix apart.
+    """
+    for key in ("authorization", "BearerToken"):
+        raw = (configuration.get_api_key_with_prefix(key) or "").strip()
+        if raw:
+            scheme, _, rest = raw.partition(" ")
+            return rest.strip() if scheme.lower() == "bearer" and rest else raw
+    return None
+
+
 def build_registry(queue: WorkQueue, configuration: client.Configuration, options: OperatorOptions,
                    reconciler: Reconciler, metrics: OperatorMetrics) -> kopf.OperatorRegistry:
     """kopf's handlers, in a registry of their own (no module-level state)."""
@@ -56,9 +71,7 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
-        keys = configuration.api_key or {}
-        raw = keys.get("BearerToken") or keys.get("authorization") or ""
-        token = raw.removeprefix("Bearer ").strip() or None
+        token = bearer_token(configuration)
         return kopf.ConnectionInfo(
             server=configuration.host,
             ca_path=configuration.ssl_ca_cert,

@@ -370,6 +370,19 @@ def _wait(node: Node, name: str, deadline: float, ready: Callable[[], bool]) -> 
 # --- clean-up -------------------------------------------------------------------------------------
 
 
+def remove_stale_nodes(tmp_root: Path) -> None:
+    """What a node of an earlier run left when its test process was killed outright: the processes in
+    its namespace and its pods, the namespace itself, and mounts under `tmp_root` (where the test
+    runs keep their workdirs)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+    for netns in (line.split()[0] for line in listed if line.startswith("kuberl-")):
+        tag = netns.removeprefix("kuberl-")
+        stale = NodeNetwork(netns=netns, host_if=f"krh{tag}"[:15], node_if=f"krn{tag}"[:15])
+        _kill_containers(tmp_root, stale, keep=None)
+        stale.destroy()
+    _unmount_under(tmp_root)
+
+
 def _kill_containers(workdir: Path, network: NodeNetwork, keep: subprocess.Popen | None) -> None:
     """Every process the node started outlives its daemons (shims, containers): kill them all, but
     `keep` (containerd, still needed to remove what it ran)."""

@@ -162,7 +162,7 @@ def expected_bytes(units, tp: int, pp: int, tg: int, stage: int, tp_rank: int) -
                          ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"])
 def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     path, arch = model
-    results = run(path, tmp_path / "out", tp, pp, "--tg", str(tg), "--bucket-bytes", str(64 << 10))
+    results = run(path, tmp_path / "out", tp, pp, "--tg", str(tg), "--bucket-bytes", str(64 << 10), "--with-naive")
     units = transfer_units(arch, tp, pp)
     sharded, _ = sharded_and_replicated(units)
     for r in results:
@@ -174,9 +174,8 @@ def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path:
     assert sum(sharded_received) / len(results) == pytest.approx(hybridflow_bytes(sharded, tp * pp, tg=tg), rel=1e-12)
     if tg == tp and pp == 1:
         assert all(r["bytes_received"] == 0 for r in results)  # the layouts agree: nothing moves
-    naive = run(path, tmp_path / "naive", tp, pp, "--naive")
     # The naive all-gather moves every shard to every rank of the world.
-    assert all(n["bytes_received"] > r["bytes_received"] for n, r in zip(naive, results))
+    assert all(r["naive_bytes_received"] > r["bytes_received"] for r in results)
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +195,9 @@ def vllm_models(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)],
-                         ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"])
+# PP=2 with and without two-rank replicas: the other layouts' switches are checked byte for byte
+# above, and a TP=2, rolloutTp=2 job generates end to end in tests/rl/test_runs.py.
+@pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 2, 1), (2, 2, 2)], ids=["t2-p2-d1", "t2-p2-d1-tg2"])
 def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(vllm_models, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     trained, start = vllm_models
     reports = run(trained, tmp_path / "out", tp, pp, "--tg", str(tg), "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))

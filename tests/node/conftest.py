@@ -33,7 +33,7 @@ def built_images() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, str]):
     from kuberl.operator.testing.control_plane import ControlPlaneError, start_control_plane
-    from kuberl.operator.testing.node import HOST_IP, NodeNetwork, node_users, start_node
+    from kuberl.operator.testing.node import HOST_IP, NodeNetwork, node_users, remove_stale_nodes, start_node
 
     if os.geteuid() != 0:
         pytest.fail("the real-node tests need root (network namespaces, cgroups, mounts), as CI has", pytrace=False)
@@ -41,6 +41,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, 
     node_bin = Path(_script("node-binaries.sh").strip().splitlines()[-1])
     workdir = tmp_path_factory.mktemp("real-node")
     started = time.monotonic()
+    remove_stale_nodes(workdir.parent.parent)  # all of this user's pytest runs
     network = NodeNetwork.create(str(os.getpid() % 10000))
     plane = node = None
     try:

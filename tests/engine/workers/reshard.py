@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--naive", action="store_true", help="baseline: all-gather every shard to every rank of the world")
+    parser.add_argument("--with-naive", action="store_true", help="after the switch, also count the baseline's bytes")
     parser.add_argument("--vllm-folder", help="start vLLM from this (different) model and stream the switch into it")
     args = parser.parse_args()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
@@ -59,6 +60,9 @@ def main() -> None:
         # The generation shard vLLM's TP rank (rank % tg) needs: chunk of the split dimension, or the whole tensor.
         gathered = {name: (shard, dim) for name, shard, dim in resharder.stream_shards(local)}
         stats = resharder.stats.history[-1] | {"buckets": resharder.stats.buckets}
+        if args.with_naive:  # the baseline in the same processes: one start-up instead of two
+            dist.barrier()
+            stats["naive_bytes_received"] = naive(local, args.world)[1]["bytes_received"]
     dist.barrier()
     expected = {k: v for k, v in blob["state_dict"].items() if not (arch.tie_word_embeddings and k == "lm_head.weight")}
     j = args.rank % args.tg
