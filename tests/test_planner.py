@@ -47,6 +47,8 @@ def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
     pod = spec["template"]["spec"]
     assert pod["nodeSelector"] == {"kuberl.dev/pool": "gpu-h100"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # Time to finish the running step and checkpoint it after SIGTERM (runPolicy's default).
+    assert pod["terminationGracePeriodSeconds"] == 300
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"memory": "256Gi", "nvidia.com/gpu": "8"}
     assert container["securityContext"] == {

@@ -296,7 +296,8 @@ def _spawn_argv(log_path: Path, argv: list[str]) -> subprocess.Popen:
         )
 
 
-def _wait(plane: ControlPlane, name: str, deadline: float, ready: Callable[[], bool]) -> None:
+def _wait(plane: Any, name: str, deadline: float, ready: Callable[[], bool]) -> None:
+    """Until `ready()`, failing as soon as one of `plane.processes` (a ControlPlane's or a Node's) dies."""
     while True:
         for proc_name, proc in plane.processes.items():
             if proc.poll() is not None:

@@ -30,14 +30,11 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from .control_plane import ControlPlane, ControlPlaneError, User, _ready_nodes, _spawn_argv, _tail, _terminate
+from .control_plane import ControlPlane, ControlPlaneError, User, _ready_nodes, _spawn_argv, _tail, _terminate, _wait
+from .node_network import NODE_IP, POD_CIDR, NodeNetwork
 
 NODE_NAME = "kuberl-node"
-HOST_IP, NODE_IP = "10.250.0.1", "10.250.0.2"
-VETH_PREFIX = 24
-POD_CIDR = "10.244.0.0/24"
 CLUSTER_DOMAIN = "cluster.local"
 NODE_LABEL = "kuberl.dev/real-node"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -50,52 +47,6 @@ def node_users() -> tuple[User, ...]:
     return (User("kubelet", f"system:node:{NODE_NAME}", ("system:nodes",)),
             User("kube-proxy", "system:kube-proxy"),  # bound to system:node-proxier by the bootstrap policy
             User("coredns", "kuberl:coredns"))
-
-
-@dataclass(frozen=True)
-class NodeNetwork:
-    """The node's network namespace and the veth pair that joins it to the host."""
-
-    netns: str
-    host_if: str
-    node_if: str
-
-    @staticmethod
-    def create(tag: str) -> "NodeNetwork":
-        net = NodeNetwork(netns=f"kuberl-{tag}", host_if=f"krh{tag}"[:15], node_if=f"krn{tag}"[:15])
-        net.destroy()  # what a killed run of the same tag left
-        steps = [
-            ["ip", "netns", "add", net.netns],
-            ["ip", "link", "add", net.host_if, "type", "veth", "peer", "name", net.node_if],
-            ["ip", "link", "set", net.node_if, "netns", net.netns],
-            ["ip", "addr", "add", f"{HOST_IP}/{VETH_PREFIX}", "dev", net.host_if],
-            ["ip", "link", "set", net.host_if, "up"],
-            *[net.inside(cmd) for cmd in (
-                ["ip", "addr", "add", f"{NODE_IP}/{VETH_PREFIX}", "dev", net.node_if],
-                ["ip", "link", "set", net.node_if, "up"],
-                ["ip", "link", "set", "lo", "up"],
-                # Per namespace: routing between pods and the veth, and iptables on bridged traffic
-                # (kube-proxy's rules must see a pod's reply to another pod on the same bridge).
-                ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
-                ["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"],
-            )],
-            # The host reaches pods (Prometheus scraping a trainer) through the node.
-            ["ip", "route", "add", POD_CIDR, "via", NODE_IP, "dev", net.host_if],
-        ]
-        for cmd in steps:
-            result = subprocess.run(cmd, capture_output=True, text=True)
-            if result.returncode != 0:
-                net.destroy()
-                raise ControlPlaneError(f"node network: `{' '.join(cmd)}` failed: {result.stderr.strip()}")
-        return net
-
-    def inside(self, argv: list[str]) -> list[str]:
-        """`argv` run in the node's network namespace, with the host's mounts (cgroups, /sys)."""
-        return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
-
-    def destroy(self) -> None:
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
 
 
 @dataclass
@@ -350,21 +301,6 @@ def _coredns_answers(node: Node) -> bool:
               f"s.sendto(bytes.fromhex('{query.hex()}'),('{NODE_IP}',53));d=s.recv(512);"
               "sys.exit(0 if d[3]&15==0 and int.from_bytes(d[6:8],'big')>0 else 1)")
     return subprocess.run(node.network.inside([os.sys.executable, "-c", script]), capture_output=True).returncode == 0
-
-
-def _wait(node: Node, name: str, deadline: float, ready: Callable[[], bool]) -> None:
-    while True:
-        for proc_name, proc in node.processes.items():
-            if proc.poll() is not None:
-                raise ControlPlaneError(f"{proc_name} exited with status {proc.returncode} while waiting for {name}:\n{node.log(proc_name)}")
-        try:
-            if ready():
-                return
-        except (OSError, subprocess.SubprocessError):
-            pass
-        if time.monotonic() > deadline:
-            raise ControlPlaneError(f"{name} was not ready in time; its log ends with:\n{node.log(name)}")
-        time.sleep(0.5)
 
 
 # --- clean-up -------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ def built_images() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, str]):
     from kuberl.operator.testing.control_plane import ControlPlaneError, start_control_plane
-    from kuberl.operator.testing.node import HOST_IP, NodeNetwork, node_users, remove_stale_nodes, start_node
+    from kuberl.operator.testing.node import node_users, remove_stale_nodes, start_node
+    from kuberl.operator.testing.node_network import HOST_IP, NodeNetwork, NodeNetworkError
 
     if os.geteuid() != 0:
         pytest.fail("the real-node tests need root (network namespaces, cgroups, mounts), as CI has", pytrace=False)
@@ -42,19 +43,20 @@ def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, 
     workdir = tmp_path_factory.mktemp("real-node")
     started = time.monotonic()
     remove_stale_nodes(workdir.parent.parent)  # all of this user's pytest runs
-    network = NodeNetwork.create(str(os.getpid() % 10000))
-    plane = node = None
+    plane = node = network = None
     try:
+        network = NodeNetwork.create(str(os.getpid() % 10000))
         plane = start_control_plane(kube_bin, workdir / "plane", pools=(), address=HOST_IP, users=node_users())
         images = {built_images[f"{k}_IMAGE"]: Path(built_images[f"{k}_ARCHIVE"]) for k in ("PAUSE", "OPERATOR", "TRAINER")}
         # Kept between runs beside the node's binaries: an image already imported is not imported again.
         store = node_bin.parent / "containerd-root"
         node = start_node(plane, node_bin, kube_bin, workdir / "node", network, built_images["PAUSE_IMAGE"],
                           images=images, image_store=store)
-    except ControlPlaneError as exc:
+    except (ControlPlaneError, NodeNetworkError) as exc:
         if plane is not None:
             plane.stop()
-        network.destroy()
+        if network is not None:
+            network.destroy()
         pytest.fail(f"the real node did not start: {exc}", pytrace=False)
     node.start_seconds = time.monotonic() - started
     yield node

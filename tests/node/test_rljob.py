@@ -166,63 +166,86 @@ def volumes(real_node) -> Path:
     return root
 
 
+class TrainerPrometheus:
+    """A real Prometheus on the host that scrapes trainer pods as the chart's PodMonitor selects them.
+
+    Neither the prometheus-operator nor Kubernetes discovery exists here (Debian builds Prometheus
+    without it), so `discover` does what they would: it lists the pods matching the PodMonitor's
+    selector through the API server and hands Prometheus their address and named port (file-based
+    discovery). The scrape itself goes across the pod network to the trainer's own endpoint."""
+
+    def __init__(self, node, workdir: Path):
+        import subprocess
+
+        import yaml
+
+        from kuberl.operator.testing.waiting import free_port
+
+        prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True)
+        assert prom.returncode == 0, prom.stderr
+        rendered = node.plane.helm("template", "kuberl", str(CHART), "--kube-version", "1.37.2",
+                                   "--set", "podMonitor.enabled=true").stdout
+        [monitor] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PodMonitor"]
+        self.node, self.workdir = node, workdir
+        self.selector = ",".join(f"{k}={v}" for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+        self.port_name = monitor["spec"]["podMetricsEndpoints"][0]["port"]
+        self.targets = workdir / "targets.json"
+        self.targets.write_text("[]")
+        config = workdir / "prometheus.yml"
+        config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [{
+            "job_name": "kuberl-trainers", "file_sd_configs": [{"files": [str(self.targets)], "refresh_interval": "1s"}]}]}))
+        self.port = free_port()
+        self.log = workdir / "prometheus.log"
+        self.proc = subprocess.Popen([str(Path(prom.stdout.strip().splitlines()[-1]) / "prometheus"), f"--config.file={config}",
+                                      f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}"],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+
+    def discover(self, namespace: str) -> int:
+        """Point Prometheus at the pods of `namespace` that the PodMonitor selects; how many there are."""
+        targets = []
+        pods = kubectl_json(self.node, "get", "pods", "-n", namespace, "-l", self.selector)["items"]
+        for pod in pods:
+            ip = pod["status"].get("podIP")
+            ports = [p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", []) if p.get("name") == self.port_name]
+            if ip and ports:
+                targets.append({"targets": [f"{ip}:{ports[0]}"], "labels": {"namespace": namespace, "pod": pod["metadata"]["name"]}})
+        self.targets.write_text(json.dumps(targets))
+        return len(targets)
+
+    def query(self, expr: str) -> list:
+        import urllib.parse
+        import urllib.request
+
+        assert self.proc.poll() is None, self.log.read_text()[-3000:]
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read())["data"]["result"]
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def trainer_prometheus(real_node, tmp_path_factory):
-    """A real Prometheus on the host that finds trainer pods as the chart's PodMonitor says: the
-    prometheus-operator is not available here, so its selector and port become the equivalent
-    Kubernetes service discovery and relabelling (what the operator would generate)."""
-    import subprocess
-
-    import yaml
-
-    from kuberl.operator.testing.waiting import free_port
-
-    prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True)
-    assert prom.returncode == 0, prom.stderr
-    prometheus = Path(prom.stdout.strip().splitlines()[-1]) / "prometheus"
-    rendered = real_node.plane.helm("template", "kuberl", str(CHART), "--kube-version", "1.37.2",
-                                    "--set", "podMonitor.enabled=true").stdout
-    [monitor] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PodMonitor"]
-    keep = [{"action": "keep", "source_labels": ["__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in k)],
-             "regex": v} for k, v in monitor["spec"]["selector"]["matchLabels"].items()]
-    keep.append({"action": "keep", "source_labels": ["__meta_kubernetes_pod_container_port_name"],
-                 "regex": monitor["spec"]["podMetricsEndpoints"][0]["port"]})
-    keep.append({"action": "replace", "source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"})
-    workdir = tmp_path_factory.mktemp("trainer-prometheus")
-    config = workdir / "prometheus.yml"
-    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [{
-        "job_name": "kuberl-trainers",
-        "kubernetes_sd_configs": [{"role": "pod", "api_server": real_node.plane.server,
-                                   "tls_config": {"ca_file": str(real_node.plane.ca_file)},
-                                   "authorization": {"credentials": real_node.plane.admin_token}}],
-        "relabel_configs": keep}]}))
-    port = free_port()
-    proc = subprocess.Popen([str(prometheus), f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=open(workdir / "prometheus.log", "w"))
-    yield port
-    proc.terminate()
-    proc.wait(timeout=30)
+    prometheus = TrainerPrometheus(real_node, tmp_path_factory.mktemp("trainer-prometheus"))
+    yield prometheus
+    prometheus.stop()
 
 
 @pytest.fixture(scope="module")
 def reference(real_node, operator_release, trainer_prometheus, built_images, volumes) -> Job:
     """The uninterrupted job: trains to the end in real pods."""
     job = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "reference")
+    job.wait_for(lambda: trainer_prometheus.discover(job.namespace), 300, "the controller rank's pod to have an address")
     job.wait_for_phase("Succeeded")
     return job
 
 
-def test_prometheus_scraped_the_controller_rank_through_the_pod_monitors_selector(reference: Job, trainer_prometheus: int) -> None:
-    import urllib.parse
-    import urllib.request
-
-    expr = f'max_over_time(kuberl_step{{namespace="{reference.namespace}"}}[30m])'
-    url = f"http://127.0.0.1:{trainer_prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        result = json.loads(response.read())["data"]["result"]
+def test_prometheus_scraped_the_controller_rank_through_the_pod_monitors_selector(reference: Job, trainer_prometheus) -> None:
+    result = trainer_prometheus.query(f'max_over_time(kuberl_step{{namespace="{reference.namespace}"}}[30m])')
     # Only the actor's pod 0 matches, and it served the engine's gauges while the job ran.
-    assert len(result) == 1, result
+    assert len(result) == 1 and result[0]["metric"]["pod"].startswith("reference-actor-0"), result
     assert 1 <= float(result[0]["value"][1]) <= STEPS
 
 
