@@ -86,7 +86,9 @@ build() {
       args+=(--volume "$ca:/tmp/build-ca.crt:ro" --build-arg PIP_CERT=/tmp/build-ca.crt --build-arg SSL_CERT_FILE=/tmp/build-ca.crt)
     fi
     bah bud --quiet --layers --isolation chroot --network host "${args[@]}" -f "$repo/$dockerfile" -t "$ref" "$repo" >&2
-    rm -f "$cache/$name"-*.tar  # the archive of an older tree
+    rm -f "$cache/$name"-*.tar  # the archive of an older tree, and its image in buildah's storage
+    bah images --format '{{.Name}}:{{.Tag}}' | grep "^localhost/kuberl-$name:" | grep -v ":$key\$" | xargs -r buildah \
+      --root "$cache/storage" --runroot "$cache/run" --storage-driver overlay rmi >/dev/null 2>&1 || true
     bah push --quiet "$ref" "docker-archive:$archive.part:$ref" >&2
     mv "$archive.part" "$archive"
     log "$ref in $(( $(date +%s) - started )) s ($(du -h "$archive" | cut -f1))"
