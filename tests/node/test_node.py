@@ -51,7 +51,7 @@ def test_the_node_is_a_kubelet_on_containerd(real_node) -> None:
     info = json.loads(real_node.plane.kubectl("get", "node", real_node.name, "-o", "json").stdout)["status"]["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://2."), info
     assert info["kubeletVersion"] == "v1.37.2"
-    assert real_node.start_seconds < 240
+    assert info["operatingSystem"] == "linux"
 
 
 def test_a_pod_reaches_the_api_server_and_resolves_service_names(real_node, built_images) -> None:
