@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kuberl.engine.runtime.processes import stop, wait_for_gang
+from kuberl.engine.runtime.processes import forward_stop_signals, stop, wait_for_gang
 
 from .api.resource import RLJob
 from .manifest import load_rljobs
@@ -68,7 +68,9 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     print(f"kuberl run: {job.metadata.name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
           f"logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
     procs: list[subprocess.Popen] = []
-    signals = _forward_stop_signals(procs)  # before the first rank starts: no signal is missed
+    # Ctrl-C and SIGTERM reach every rank as SIGTERM (a second one of either stops them at once);
+    # installed before the first rank starts, so no signal is missed.
+    signals = forward_stop_signals(procs, forward_as=signal.SIGTERM, announce=_announce)
     for r in ranks:
         env = {**os.environ, "RANK": str(r.rank), "LOCAL_RANK": str(r.rank), "WORLD_SIZE": str(world),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "KUBERL_CONFIG": str(config_file),
@@ -91,26 +93,12 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     return _wait(procs, ranks, poll_s, signals, grace_s=job.spec.run_policy.termination_grace_period_seconds)
 
 
-def _forward_stop_signals(procs: list[subprocess.Popen]) -> list[int]:
-    """SIGINT (Ctrl-C) and SIGTERM are passed to every rank as SIGTERM: they stop at the next step
-    boundary with a checkpoint. Handlers are installed explicitly, so this works whatever
-    dispositions `kuberl run` inherited (a shell in the background ignores SIGINT)."""
-    received: list[int] = []
-
-    def on_signal(signum: int, frame) -> None:
-        if not received:
-            print("\nkuberl run: interrupted; stopping every rank after its current step, with a checkpoint "
-                  "(again to stop at once)", file=sys.stderr, flush=True)
-        elif signum == received[0]:
-            print("\nkuberl run: stopping every rank now", file=sys.stderr, flush=True)
-        received.append(signum)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, on_signal)
-    return received
+def _announce(signum: int, received: list[int]) -> None:
+    if not received:
+        print("\nkuberl run: interrupted; stopping every rank after its current step, with a checkpoint "
+              "(again to stop at once)", file=sys.stderr, flush=True)
+    elif signum == received[0]:
+        print("\nkuberl run: stopping every rank now", file=sys.stderr, flush=True)
 
 
 def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float, signals: list[int], grace_s: float) -> int:

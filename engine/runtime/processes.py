@@ -3,6 +3,7 @@ GPUs (one rank per GPU). Torch cannot survive a lost rank, so the first failure 
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from typing import Callable, Sequence
@@ -36,6 +37,28 @@ def wait_for_gang(procs: Sequence[subprocess.Popen], poll_s: float = 0.5,
             if cause is not None or all(code == 0 for code in codes):
                 return cause, codes
         time.sleep(poll_s)
+
+
+def forward_stop_signals(procs: Sequence[subprocess.Popen], forward_as: int | None = None,
+                         announce: Callable[[int, list[int]], None] | None = None) -> list[int]:
+    """Pass SIGTERM and SIGINT on to every process of `procs` still running (as `forward_as`, or as
+    received), so each stops at its next step boundary with the others. Returns the list the
+    received signals are appended to: non-empty means a stop was asked for. `announce(signum,
+    received so far)` runs first, to tell a person. The handlers are installed explicitly, whatever
+    dispositions this process inherited (a shell in the background ignores SIGINT)."""
+    received: list[int] = []
+
+    def on_signal(signum: int, frame) -> None:
+        if announce is not None:
+            announce(signum, received)
+        received.append(signum)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(forward_as or signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    return received
 
 
 def stop(procs: Sequence[subprocess.Popen], grace_s: float = 10.0) -> None:

@@ -28,25 +28,13 @@ def spawn_local_ranks(count: int) -> int:
     the first to fail stops the others and decides the pod's exit status."""
     import subprocess
 
-    from .processes import stop, wait_for_gang
-
-    import signal
+    from .processes import forward_stop_signals, stop, wait_for_gang
 
     procs = [subprocess.Popen([sys.executable, "-m", "kuberl.engine.runtime.worker"],
                               env={**os.environ, "LOCAL_RANK": str(i), "KUBERL_LOCAL_WORLD": str(count)})
              for i in range(count)]
-    received: list[int] = []
-
-    def forward(signum, frame) -> None:
-        # Kubernetes signals only the container's first process: each rank must hear it to stop at
-        # the next step boundary with the others.
-        received.append(signum)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, forward)
+    # Kubernetes signals only the container's first process: each rank must hear it.
+    received = forward_stop_signals(procs)
     try:
         cause, codes = wait_for_gang(procs, stopping=lambda: bool(received))
     finally:
