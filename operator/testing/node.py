@@ -27,12 +27,13 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .control_plane import ControlPlane, ControlPlaneError, User, _ready_nodes, _spawn_argv, _tail, _terminate, _wait
-from .node_network import NODE_IP, POD_CIDR, NodeNetwork
+from .node_network import NETNS_PREFIX, NODE_IP, POD_CIDR, NodeNetwork
 
 NODE_NAME = "kuberl-node"
 CLUSTER_DOMAIN = "cluster.local"
@@ -56,6 +57,9 @@ class Node:
     plane: ControlPlane
     workdir: Path
     bin_dir: Path
+    """containerd, ctr, runc, CoreDNS (scripts/node-binaries.sh)."""
+    kube_bin_dir: Path
+    """kubelet, kube-proxy (scripts/kube-binaries.sh)."""
     network: NodeNetwork
     containerd_socket: Path
     image_store: Path
@@ -86,12 +90,13 @@ class Node:
     def remove_containers(self) -> None:
         """What the node ran (sandboxes and containers, their processes already killed), so that the
         kept image store holds images only."""
-        for kind in ("tasks", "containers", "sandboxes"):
-            ids = self.ctr(kind, "list", "-q", check=False).stdout.split()
-            if ids and kind == "tasks":
-                for task in ids:
-                    self.ctr("tasks", "delete", "--force", task, check=False)
-            elif ids:
+        def listed(kind: str) -> list[str]:
+            return self.ctr(kind, "list", "-q", check=False).stdout.split()
+
+        for task in listed("tasks"):
+            self.ctr("tasks", "delete", "--force", task, check=False)
+        for kind in ("containers", "sandboxes"):
+            if ids := listed(kind):
                 self.ctr(kind, "remove", *ids, check=False)
 
     def log(self, name: str) -> str:
@@ -102,7 +107,7 @@ class Node:
         for name in reversed(list(self.processes)):
             _terminate(self.processes[name])
         self.processes.clear()
-        _kill_containers(self.workdir, self.network, keep=containerd)
+        _kill_containers(self.network, keep=containerd)
         if containerd is not None:
             if containerd.poll() is None:
                 self.remove_containers()
@@ -128,12 +133,8 @@ def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: 
     if missing:
         raise ControlPlaneError(f"the real node needs: {', '.join(missing)} (scripts/node-deps.sh, node-binaries.sh, kube-binaries.sh)")
     workdir.mkdir(parents=True, exist_ok=True)
-    for b in KUBE_NODE_BINARIES:  # one folder for _spawn_argv
-        target = bin_dir / b
-        if not target.exists():
-            target.symlink_to(kube_bin_dir / b)
     socket = workdir / "containerd" / "containerd.sock"
-    node = Node(plane, workdir, bin_dir, network, socket, image_store=image_store or workdir / "containerd" / "root")
+    node = Node(plane, workdir, bin_dir, kube_bin_dir, network, socket, image_store=image_store or workdir / "containerd" / "root")
     deadline = time.monotonic() + timeout
     try:
         _start_containerd(node, pause_image)
@@ -154,7 +155,8 @@ def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: 
 
 
 def _spawn(node: Node, name: str, args: list[str]) -> None:
-    node.processes[name] = _spawn_argv(node.workdir / f"{name}.log", node.network.inside([str(node.bin_dir / name), *args]))
+    binary = (node.kube_bin_dir if name in KUBE_NODE_BINARIES else node.bin_dir) / name
+    node.processes[name] = _spawn_argv(node.workdir / f"{name}.log", node.network.inside([str(binary), *args]))
 
 
 def _start_containerd(node: Node, pause_image: str) -> None:
@@ -300,7 +302,7 @@ def _coredns_answers(node: Node) -> bool:
     script = ("import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(1);"
               f"s.sendto(bytes.fromhex('{query.hex()}'),('{NODE_IP}',53));d=s.recv(512);"
               "sys.exit(0 if d[3]&15==0 and int.from_bytes(d[6:8],'big')>0 else 1)")
-    return subprocess.run(node.network.inside([os.sys.executable, "-c", script]), capture_output=True).returncode == 0
+    return subprocess.run(node.network.inside([sys.executable, "-c", script]), capture_output=True).returncode == 0
 
 
 # --- clean-up -------------------------------------------------------------------------------------
@@ -311,15 +313,14 @@ def remove_stale_nodes(tmp_root: Path) -> None:
     its namespace and its pods, the namespace itself, and mounts under `tmp_root` (where the test
     runs keep their workdirs)."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
-    for netns in (line.split()[0] for line in listed if line.startswith("kuberl-")):
-        tag = netns.removeprefix("kuberl-")
-        stale = NodeNetwork(netns=netns, host_if=f"krh{tag}"[:15], node_if=f"krn{tag}"[:15])
-        _kill_containers(tmp_root, stale, keep=None)
+    for netns in (line.split()[0] for line in listed if line.startswith(NETNS_PREFIX)):
+        stale = NodeNetwork.named(netns.removeprefix(NETNS_PREFIX))
+        _kill_containers(stale, keep=None)
         stale.destroy()
     _unmount_under(tmp_root)
 
 
-def _kill_containers(workdir: Path, network: NodeNetwork, keep: subprocess.Popen | None) -> None:
+def _kill_containers(network: NodeNetwork, keep: subprocess.Popen | None) -> None:
     """Every process the node started outlives its daemons (shims, containers): kill them all, but
     `keep` (containerd, still needed to remove what it ran)."""
     victims: set[int] = set()

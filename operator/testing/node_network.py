@@ -14,6 +14,7 @@ from dataclasses import dataclass
 HOST_IP, NODE_IP = "10.250.0.1", "10.250.0.2"
 VETH_PREFIX = 24
 POD_CIDR = "10.244.0.0/24"
+NETNS_PREFIX = "kuberl-"
 
 
 class NodeNetworkError(RuntimeError):
@@ -29,8 +30,13 @@ class NodeNetwork:
     node_if: str
 
     @staticmethod
+    def named(tag: str) -> "NodeNetwork":
+        """The names of the network of `tag` (interface names have at most 15 characters)."""
+        return NodeNetwork(netns=f"{NETNS_PREFIX}{tag}", host_if=f"krh{tag}"[:15], node_if=f"krn{tag}"[:15])
+
+    @staticmethod
     def create(tag: str) -> "NodeNetwork":
-        net = NodeNetwork(netns=f"kuberl-{tag}", host_if=f"krh{tag}"[:15], node_if=f"krn{tag}"[:15])
+        net = NodeNetwork.named(tag)
         net.destroy()  # what a killed run of the same tag left
         steps = [
             ["ip", "netns", "add", net.netns],
