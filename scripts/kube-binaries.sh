@@ -16,31 +16,11 @@ KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+script=kube-binaries
 root=${KUBERL_CACHE:-$HOME/.cache/kuberl}/kube/$key
-bin=$root/bin
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy pause etcd kwok helm)
-
-log() { printf '[kube-binaries] %s\n' "$*" >&2; }
-
-missing=()
-for name in "${binaries[@]}"; do [ -x "$bin/$name" ] || missing+=("$name"); done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "$bin"
-  exit 0
-fi
-
-command -v go >/dev/null || { log "error: go is not installed; it is needed to build ${missing[*]}"; exit 1; }
-# The local Go (1.26) builds every pinned module; never fetch another toolchain behind our back.
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-mkdir -p "$bin" "$root/src"
-started=$(date +%s)
-
-# wrapper NAME: an empty module in $root/src/NAME to build from.
-wrapper() {
-  local dir=$root/src/$1
-  rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
-  printf 'module kuberl.dev/kube-binaries/%s\n\ngo 1.26.0\n' "$1" >go.mod
-}
+# shellcheck source=go-binaries.sh
+source "$(dirname "${BASH_SOURCE[0]}")/go-binaries.sh"
 
 build_kubernetes() {
   wrapper kubernetes
@@ -77,20 +57,10 @@ build_pause() {
   gcc -Os -Wall -static -DVERSION="v$tag" -o "$bin/pause" "$dir/build/pause/linux/pause.c"
 }
 
-# build_one NAME MODULE@VERSION PACKAGE
-build_one() {
-  [ -x "$bin/$1" ] && return 0
-  wrapper "$1"
-  log "building $1 from $2"
-  go get "$2" >&2
-  go build -trimpath -ldflags "-s -w" -o "$bin/$1" "$3"
-}
-
 build_kubernetes
 build_pause
 build_one etcd "go.etcd.io/etcd/server/v3@$ETCD_VERSION" go.etcd.io/etcd/server/v3
 build_one kwok "sigs.k8s.io/kwok@$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 build_one helm "helm.sh/helm/v3@$HELM_VERSION" helm.sh/helm/v3/cmd/helm
 
-log "built ${missing[*]} in $(( $(date +%s) - started )) s into $bin"
-echo "$bin"
+finish
