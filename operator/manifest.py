@@ -1,104 +1,46 @@
 """Reading RLJob manifests from YAML, with errors that name the file, the field and the rule.
 
 Parsing follows the API server where it matters: types are strict (the string "2" is not an
-integer), unknown fields are errors, timestamps stay strings, and YAML 1.2 numbers such as 1e-6 are
-floats (PyYAML's YAML 1.1 would read them as strings). Duplicate keys, which YAML parsers silently
-collapse, are errors too: one of the two values would be lost.
+integer), unknown fields are errors, and only the API's own (camelCase) field names are accepted,
+never the Python attribute names the models also answer to in code. How files are read (duplicate
+keys, merge keys, Lists, the bounds on hostile input) is yaml_reader's job.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
-import re
 import types
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from kuberl.engine.config import RULE_ERROR_TYPE
 
 from .api import API_VERSION, GROUP, KIND, RLJob
+from .problems import ManifestError, Problem, format_path
+from .yaml_reader import Document, json_problems, read_documents
 
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong with a manifest: where it is and what rule it breaks."""
-
-    source: str
-    """The file, and the document's number when the file holds several."""
-    path: str
-    """The field, e.g. spec.roles.actor.layout; empty for the document as a whole."""
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.source}: {self.path}: {self.message}" if self.path else f"{self.source}: {self.message}"
-
-
-class ManifestError(Exception):
-    """A manifest that cannot be used; `problems` lists every reason found."""
-
-    def __init__(self, problems: list[Problem]):
-        super().__init__("\n".join(map(str, problems)))
-        self.problems = problems
-
-
-# --- YAML -----------------------------------------------------------------------------------
-
-_YAML12_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
-
-
-class _ManifestLoader(yaml.SafeLoader):
-    """SafeLoader that reads like the API server's YAML-to-JSON step."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, yaml.Node] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
-                )
-            seen[key] = key_node
-        return super().construct_mapping(node, deep=deep)
-
-
-# Timestamps stay strings (JSON has no dates); YAML 1.2 exponent floats become floats.
-_ManifestLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_ManifestLoader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+.0123456789"))
-
-
-def load_documents(text: str, source: str) -> list[tuple[str, Any]]:
-    """The non-empty YAML documents of `text`, each with the name errors should use for it."""
-    try:
-        docs = [d for d in yaml.load_all(text, Loader=_ManifestLoader) if d is not None]
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        raise ManifestError([Problem(where, "", f"YAML syntax error: {exc.problem or exc}")]) from None
-    except yaml.YAMLError as exc:
-        raise ManifestError([Problem(source, "", f"YAML syntax error: {exc}")]) from None
-    if len(docs) == 1:
-        return [(source, docs[0])]
-    return [(f"{source} (document {i})", doc) for i, doc in enumerate(docs, start=1)]
+__all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljobs", "parse_rljob", "read_documents"]
 
 
 # --- RLJob ----------------------------------------------------------------------------------
 
 
 def is_rljob_document(doc: Any) -> bool:
-    """Whether a document claims to be ours (so that it must validate) rather than another kind."""
+    """Whether a document claims to be ours (so that it must validate) rather than another kind.
+
+    A document that is not an object, or names no apiVersion or kind, is not "another kind":
+    kubectl refuses it, so it is reported here too.
+    """
     if not isinstance(doc, dict):
-        return True  # not a Kubernetes object at all: report it
-    api_version = doc.get("apiVersion")
-    return doc.get("kind") == KIND or (isinstance(api_version, str) and api_version.startswith(GROUP + "/"))
+        return True
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str) or not api_version or not kind:
+        return True
+    return kind == KIND or api_version.startswith(GROUP + "/")
 
 
 def parse_rljob(doc: Any, source: str) -> RLJob:
@@ -106,20 +48,22 @@ def parse_rljob(doc: Any, source: str) -> RLJob:
     if not isinstance(doc, dict):
         raise ManifestError([Problem(source, "", f"expected a mapping (an RLJob object), got {_kind_of(doc)}")])
     identity = [
-        Problem(source, key, f"must be {want!r}, got {doc.get(key)!r}")
+        Problem(source, key, "required: every Kubernetes object names its apiVersion and kind" if key not in doc else f"must be {want!r}, got {doc[key]!r}")
         for key, want in (("apiVersion", API_VERSION), ("kind", KIND))
         if doc.get(key) != want
     ]
     if identity:
         raise ManifestError(identity)
+    not_json = json_problems(doc, source)
+    if not_json:
+        raise ManifestError(not_json)
     try:
         # Through JSON, as the API server sees it: strict JSON-mode validation rejects "2" for an
-        # integer but accepts RFC 3339 strings for timestamps.
-        return RLJob.model_validate_json(json.dumps(doc), strict=True)
+        # integer but accepts RFC 3339 strings for timestamps; by_name=False accepts only the
+        # API's field names.
+        return RLJob.model_validate_json(json.dumps(doc), strict=True, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise ManifestError(problems_from_validation_error(exc, source, doc)) from None
-    except (TypeError, ValueError) as exc:  # e.g. a YAML key that JSON cannot hold
-        raise ManifestError([Problem(source, "", f"not representable as JSON: {exc}")]) from None
 
 
 def load_rljobs(path: Path) -> list[RLJob]:
@@ -130,12 +74,11 @@ def load_rljobs(path: Path) -> list[RLJob]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem(source, "", f"cannot read: {exc}")]) from None
     jobs, problems = [], []
-    documents = load_documents(text, source)
-    for name, doc in documents:
-        if not is_rljob_document(doc):
+    for doc in read_documents(text, source):
+        if not is_rljob_document(doc.content):
             continue
         try:
-            jobs.append(parse_rljob(doc, name))
+            jobs.append(parse_rljob(doc.content, doc.source))
         except ManifestError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -161,22 +104,12 @@ def problems_from_validation_error(exc: ValidationError, source: str, doc: Any) 
     return problems
 
 
-def format_path(loc: tuple[Any, ...]) -> str:
-    """("spec", "roles", "actor", "tolerations", 0) -> "spec.roles.actor.tolerations[0]"."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(part)):
-            out += f".{part}" if out else str(part)
-        else:
-            out += f"[{part}]"
-    return out
-
-
 def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
+        api_name = _api_name(loc[:-1], loc[-1])
+        if api_name is not None:
+            return f"unknown field: the API's name is {api_name}"
         allowed = _allowed_fields(loc[:-1])
         hint = ""
         if allowed:
@@ -208,14 +141,26 @@ def _kind_of(value: Any) -> str:
 
 def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
     """The manifest field names of the model at `loc`, or [] where it is not a model."""
+    model = _model_at(loc)
+    return [f.alias or name for name, f in model.model_fields.items()] if model is not None else []
+
+
+def _api_name(loc: tuple[Any, ...], key: Any) -> str | None:
+    """The manifest name of the field that `key` is the Python name of, if it is one."""
+    model = _model_at(loc)
+    if model is None:
+        return None
+    field = model.model_fields.get(key) if isinstance(key, str) else None
+    return field.alias if field is not None and field.alias and field.alias != key else None
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     model: Any = RLJob
     for part in loc:
         model = _field_type(model, part)
         if model is None:
-            return []
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return [f.alias or name for name, f in model.model_fields.items()]
-    return []
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
 def _field_type(model: Any, part: Any) -> Any:

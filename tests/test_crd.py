@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from kuberl.operator.crd import CRD_FILE_NAME, crd_yaml, rljob_crd
-from kuberl.operator.manifest import load_documents
+from kuberl.operator.manifest import read_documents
 
 MANIFESTS = Path(__file__).parent / "manifests"
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
@@ -160,7 +160,7 @@ def _cel(node: dict[str, Any], obj: Any, path: str, problems: list) -> None:
 
 
 def _document(path: Path) -> Any:
-    return load_documents(path.read_text(), str(path))[-1][1]
+    return read_documents(path.read_text(), str(path))[-1].content
 
 
 @pytest.mark.parametrize("path", EXAMPLES + sorted((MANIFESTS / "good").glob("*.yaml")), ids=lambda p: p.name)

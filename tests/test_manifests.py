@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.operator.manifest import ManifestError, load_documents, load_rljobs, parse_rljob
+from kuberl.operator.manifest import ManifestError, read_documents, load_rljobs, parse_rljob
 
 MANIFESTS = Path(__file__).parent / "manifests"
 BAD = sorted((MANIFESTS / "bad").glob("*.yaml"))
@@ -57,7 +57,8 @@ def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
 
 
 def test_exponent_floats_are_numbers_and_timestamps_stay_strings() -> None:
-    [(_, doc)] = load_documents("lr: 1e-6\nwhen: 2026-01-02T03:04:05Z\nn: 12\n", "x.yaml")
+    [document] = read_documents("lr: 1e-6\nwhen: 2026-01-02T03:04:05Z\nn: 12\n", "x.yaml")
+    doc = document.content
     assert doc == {"lr": 1e-6, "when": "2026-01-02T03:04:05Z", "n": 12}
 
 
@@ -74,7 +75,7 @@ def test_missing_file_is_an_error(tmp_path: Path) -> None:
 
 
 def test_rule_errors_carry_the_values_at_fault() -> None:
-    doc = load_documents((MANIFESTS / "bad" / "layout-does-not-match-ranks.yaml").read_text(), "x")[0][1]
+    doc = read_documents((MANIFESTS / "bad" / "layout-does-not-match-ranks.yaml").read_text(), "x")[0].content
     with pytest.raises(ManifestError) as caught:
         parse_rljob(doc, "x")
     assert "tp*pp*dp = 4, ranks = 2" in caught.value.problems[0].message

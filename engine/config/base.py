@@ -52,13 +52,19 @@ class SpecModel(BaseModel):
     """Base of all manifest models.
 
     Fields are snake_case in Python and camelCase in manifests (Kubernetes convention); unknown
-    fields are errors, so a misspelt key never silently falls back to a default.
+    fields are errors, so a misspelt key never silently falls back to a default. Every bound on a
+    number says why in the field's description.
     """
 
     model_config = ConfigDict(
         alias_generator=to_camel,
-        populate_by_name=True,
+        # Code builds models by their Python names; manifests are parsed with by_name=False
+        # (kuberl.operator.manifest), so that only the API's names reach a cluster.
+        validate_by_name=True,
+        validate_by_alias=True,
         extra="forbid",
+        # JSON, and so the API server, cannot carry inf or nan.
+        allow_inf_nan=False,
         validate_default=False,
         json_schema_extra=_add_rules_to_schema,
         use_attribute_docstrings=True,

@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.api import GROUP, PLURAL, VERSION
-from kuberl.operator.manifest import ManifestError, load_documents, load_rljobs
+from kuberl.operator.manifest import ManifestError, read_documents, load_rljobs
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.waiting import eventually
 
@@ -54,7 +54,7 @@ def _api_server_cases() -> list[Path]:
 
 @pytest.mark.parametrize("path", EXAMPLES + sorted((MANIFESTS / "good").glob("*.yaml")), ids=lambda p: p.name)
 def test_api_server_accepts_good_rljobs(control_plane, rljob_crd, path: Path) -> None:
-    doc = load_documents(path.read_text(), str(path))[0][1]
+    doc = read_documents(path.read_text(), str(path))[0].content
     doc["metadata"].pop("namespace", None)
     created = _create(control_plane, doc)
     assert created["spec"]["trainer"]  # defaults applied by the server, e.g. the checkpoint block
@@ -65,7 +65,7 @@ def test_api_server_accepts_good_rljobs(control_plane, rljob_crd, path: Path) ->
 def test_api_server_refuses_bad_rljobs_naming_the_field(control_plane, rljob_crd, path: Path) -> None:
     text = path.read_text()
     expected_path = re.search(r"^# expect-path: (.*)$", text, re.M).group(1)
-    doc = load_documents(text, str(path))[-1][1]
+    doc = read_documents(text, str(path))[-1].content
     with pytest.raises(ApiException) as caught:
         _create(control_plane, doc)
     body = json.loads(caught.value.body)
@@ -83,7 +83,7 @@ def test_api_server_refuses_bad_rljobs_naming_the_field(control_plane, rljob_crd
 
 def test_cel_rule_message_reaches_the_client(control_plane, rljob_crd) -> None:
     path = MANIFESTS / "bad" / "ppo-without-critic.yaml"
-    doc = load_documents(path.read_text(), str(path))[0][1]
+    doc = read_documents(path.read_text(), str(path))[0].content
     with pytest.raises(ApiException) as caught:
         _create(control_plane, doc)
     assert caught.value.status == 422
@@ -91,7 +91,7 @@ def test_cel_rule_message_reaches_the_client(control_plane, rljob_crd) -> None:
 
 
 def test_status_subresource_and_printer_columns(control_plane, rljob_crd) -> None:
-    doc = load_documents((MANIFESTS / "good" / "grpo-base.yaml").read_text(), "grpo-base")[0][1]
+    doc = read_documents((MANIFESTS / "good" / "grpo-base.yaml").read_text(), "grpo-base")[0].content
     doc["metadata"]["name"] = f"status-{uuid.uuid4().hex[:6]}"
     _create(control_plane, doc, dry_run=False)
     api = client.CustomObjectsApi(control_plane.api_client())

@@ -14,7 +14,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.api import GROUP, PLURAL, VERSION
-from kuberl.operator.manifest import load_documents
+from kuberl.operator.manifest import read_documents
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.waiting import eventually as _eventually
 from kuberl.operator.testing.operator_process import OperatorProcess
@@ -143,7 +143,7 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
         "metadata": {"name": "ppo-qwen-math-ckpt"},
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}},
                  "storageClassName": "", "volumeName": f"ckpt-{ns}"}})
-    doc = load_documents((REPO / "examples" / "ppo-cluster.yaml").read_text(), "ppo")[0][1]
+    doc = read_documents((REPO / "examples" / "ppo-cluster.yaml").read_text(), "ppo")[0].content
     doc["metadata"]["namespace"] = ns
     create(plane, ns, doc)
     name = doc["metadata"]["name"]
