@@ -268,7 +268,7 @@ def _role_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setting
     if role_spec.tolerations:
         pod_spec["tolerations"] = [t.to_manifest() for t in role_spec.tolerations]
     if role_spec.affinity:
-        pod_spec["affinity"] = role_spec.affinity
+        pod_spec["affinity"] = role_spec.affinity.to_manifest()
     scheduling = spec.run_policy.scheduling
     if scheduling.priority_class_name:
         pod_spec["priorityClassName"] = scheduling.priority_class_name

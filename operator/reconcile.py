@@ -58,7 +58,7 @@ class Decision:
 def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
     old = job.status or RLJobStatus()
     status = old.model_copy(deep=True)
-    status.observed_generation = (job.metadata.model_extra or {}).get("generation", status.observed_generation)
+    status.observed_generation = job.metadata.generation if job.metadata.generation is not None else status.observed_generation
     policy = job.spec.run_policy
     attempt = status.restarts
     current = [j for j in observed.jobs if _attempt(j) == attempt]

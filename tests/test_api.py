@@ -100,6 +100,14 @@ def test_status_rejects_an_unknown_phase() -> None:
     assert caught.value.problems[0].path == "status.phase"
 
 
-def test_server_set_metadata_passes_through() -> None:
+def test_server_set_metadata_is_read() -> None:
     job = parse_rljob(_minimal_job(), "x")
-    assert job.metadata.model_extra == {"uid": "1234", "resourceVersion": "7"}
+    assert (job.metadata.uid, job.metadata.resource_version) == ("1234", "7")
+
+
+def test_unknown_metadata_field_is_refused() -> None:
+    doc = _minimal_job()
+    doc["metadata"]["lables"] = {"a": "b"}
+    with pytest.raises(ManifestError) as caught:
+        parse_rljob(doc, "x")
+    assert [(p.path, p.message) for p in caught.value.problems] == [("metadata.lables", "unknown field; did you mean labels?")]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+from celpy import celtypes
 import jsonschema
 import pytest
 import yaml
@@ -143,11 +144,37 @@ def _defaulted(node: dict[str, Any], obj: Any) -> Any:
 _CEL = celpy.Environment()
 
 
+class _Quantity:
+    """A value of the API server's CEL quantity library, parsed by the kubernetes client (not by us)."""
+
+    def __init__(self, text: str):
+        from kubernetes.utils import parse_quantity
+
+        self.value = parse_quantity(str(text))
+
+
+def _is_quantity(text) -> celtypes.BoolType:
+    try:
+        _Quantity(text)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+# The quantity library of Kubernetes' CEL (isQuantity, quantity, sign, compareTo), which cel-python lacks.
+_K8S_CEL_FUNCTIONS = {
+    "isQuantity": _is_quantity,
+    "quantity": _Quantity,
+    "sign": lambda q: celtypes.IntType((q.value > 0) - (q.value < 0)),
+    "compareTo": lambda a, b: celtypes.IntType((a.value > b.value) - (a.value < b.value)),
+}
+
+
 def _cel(node: dict[str, Any], obj: Any, path: str, problems: list) -> None:
     for rule in node.get("x-kubernetes-validations", []):
         if "oldSelf" in rule["rule"]:
             continue  # transition rules apply to updates only
-        program = _CEL.program(_CEL.compile(rule["rule"]))
+        program = _CEL.program(_CEL.compile(rule["rule"]), functions=_K8S_CEL_FUNCTIONS)
         if not bool(program.evaluate({"self": celpy.json_to_cel(obj)})):
             problems.append((path + rule.get("fieldPath", ""), rule["message"]))
     if isinstance(obj, dict) and "properties" in node:

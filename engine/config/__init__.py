@@ -5,7 +5,7 @@ renders them into the config each pod's engine reads.
 """
 
 from .algorithm import AlgorithmName, AlgorithmSpec, DPOSpec, GAESpec, GRPOSpec, PPOSpec, ReinforcePPSpec
-from .base import RULE_ERROR_TYPE, Rule, SpecModel
+from .base import RULE_ERROR_TYPE, LocalPath, Rule, SpecModel
 from .data import DataSpec, DatasetSource, GeneratorSpec
 from .layout import ActorLayout, ParallelLayout
 from .model import ModelSpec, SecretKeyRef, TokenizerSpec, WeightsSource
@@ -17,7 +17,7 @@ from .trainer import CheckpointSpec, OptimizerSpec, TrainerSpec
 
 __all__ = [
     "ActorLayout", "AlgorithmName", "AlgorithmSpec", "CheckpointSpec", "CheckpointStatus", "DPOSpec", "DataSpec", "DatasetSource", "EngineConfig", "EngineRoleName",
-    "GAESpec", "GRPOSpec", "GeneratorSpec", "ModelSpec", "OptimizerSpec", "PPOSpec", "PROGRESS_KEY", "ParallelLayout", "ProgressReport",
+    "GAESpec", "GRPOSpec", "LocalPath", "GeneratorSpec", "ModelSpec", "OptimizerSpec", "PPOSpec", "PROGRESS_KEY", "ParallelLayout", "ProgressReport",
     "PythonReward", "RULE_ERROR_TYPE", "ReinforcePPSpec", "RewardRule", "RewardSpec", "RoleTopology", "RolloutSpec",
     "Rule", "SecretKeyRef", "SpecModel", "TokenizerSpec", "TrainerSpec", "WeightsSource",
 ]

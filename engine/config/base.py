@@ -8,14 +8,34 @@ object before any of our code sees it. Keeping both halves in one declaration ke
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Annotated, Any, Callable, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 RULE_ERROR_TYPE = "kuberl_rule"
+
+_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+_LOCAL_ONLY = "the engine reads local paths only: mount the files into the pod (a PersistentVolumeClaim or an image) and give their path; URLs such as s3://, gs:// or https:// are not read"
+
+
+def _local_path(value: str) -> str:
+    if re.match(_URL, value):
+        raise ValueError(f"{value!r}: {_LOCAL_ONLY}")
+    return value
+
+
+LocalPath = Annotated[
+    str,
+    AfterValidator(_local_path),
+    Field(min_length=1, max_length=4096, json_schema_extra={
+        "x-kubernetes-validations": [{"rule": f"!self.matches('{_URL}')", "message": _LOCAL_ONLY}],
+    }),
+]
+"""A file or folder path the engine opens; a URL is refused, here and by the API server."""
 
 
 @dataclass(frozen=True)

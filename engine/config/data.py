@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel
 
 DataFormat = Literal["jsonl", "parquet"]
 
@@ -31,8 +31,8 @@ class GeneratorSpec(SpecModel):
 class DatasetSource(SpecModel):
     """A file of prompts, or a generator."""
 
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
-    """A .jsonl or .parquet file, one prompt per line or row."""
+    path: LocalPath | None = None
+    """A local .jsonl or .parquet file, one prompt per line or row."""
     format: DataFormat | None = None
     """The file's format; inferred from the suffix (.jsonl, .json, .parquet) when left out."""
     generator: GeneratorSpec | None = None
@@ -106,5 +106,11 @@ class DataSpec(SpecModel):
             check=lambda s: s.chosen_field is None or s.chosen_field != s.rejected_field,
             cel="!has(self.chosenField) || !has(self.rejectedField) || self.chosenField != self.rejectedField",
             field="rejectedField",
+        ),
+        Rule(
+            message="validation is the training set itself: give held-out prompts (another file, or the generator with another seed)",
+            check=lambda s: s.validation is None or s.validation != s.train,
+            cel="!has(self.validation) || self.validation != self.train",
+            field="validation",
         ),
     )

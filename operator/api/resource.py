@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
 
+from . import kube_types
+from .kube_grammar import ANNOTATIONS_MAX_BYTES, DNSLabel, LabelKey, _checked, generate_name_errors, label_map
 from .spec import RLJobSpec
 from .status import RLJobStatus
 
@@ -26,22 +28,29 @@ MAX_NAME_LENGTH = 42
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 
-class ObjectMeta(SpecModel):
-    """The part of metav1.ObjectMeta that kuberl reads; server-set fields pass through."""
-
-    model_config = ConfigDict(extra="allow")
+class ObjectMeta(kube_types.ObjectMeta):
+    """metav1.ObjectMeta, validated as the API server does (server-set fields are read, not set)."""
 
     name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH, pattern=DNS_LABEL)
     """A DNS-1035 label of at most 42 characters: it prefixes every child object's name."""
-    generate_name: str | None = Field(default=None, min_length=1, max_length=MAX_NAME_LENGTH - 5)
-    namespace: str | None = Field(default=None, min_length=1, max_length=63)
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
+    generate_name: Annotated[str, _checked(generate_name_errors)] | None = Field(
+        default=None, alias="generateName", min_length=1, max_length=MAX_NAME_LENGTH - 5
+    )
+    """A prefix to which the API server appends 5 characters; the result must be a valid name."""
+    namespace: DNSLabel | None = None
+    labels: label_map(1024) | None = None  # type: ignore[valid-type]
+    annotations: dict[LabelKey, str] | None = None
+    """Keys are label keys; keys and values together at most 256 KiB, as the API server allows."""
 
     RULES = (
         Rule(
             message="set name or generateName",
             check=lambda s: s.name is not None or s.generate_name is not None,
+        ),
+        Rule(
+            message=f"annotations may hold at most {ANNOTATIONS_MAX_BYTES // 1024} KiB of keys and values",
+            check=lambda s: sum(len(k.encode()) + len(v.encode()) for k, v in (s.annotations or {}).items()) <= ANNOTATIONS_MAX_BYTES,
+            field="annotations",
         ),
     )
 

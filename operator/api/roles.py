@@ -2,47 +2,51 @@
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import Field, PlainValidator, WithJsonSchema
+from pydantic import Field
 
 from kuberl.engine.config import ActorLayout, ParallelLayout, Rule, SpecModel
+
+from .kube_grammar import LabelKey, LabelValue, Quantity, label_keys_cel, label_map, parse_quantity
+from .kube_types import Affinity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RoleName = Literal["actor", "critic", "ref", "reward"]
 ROLE_NAMES: tuple[RoleName, ...] = ("actor", "critic", "ref", "reward")
 
-# Kubernetes' resource.Quantity grammar (a number, then an optional SI, binary or exponent suffix).
-_QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
-_LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-
-
-
-
-def _quantity(value: object) -> int | str:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity: write an integer or a string such as '500m' or '4Gi'")
-    if isinstance(value, int) and value < 0 or isinstance(value, str) and not _QUANTITY.match(value):
-        raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 500m, 4Gi, 2)")
-    return value
-
-
-# An int or a string, like Kubernetes' resource.Quantity ("int-or-string" in the CRD).
-Quantity = Annotated[
-    int | str,
-    PlainValidator(_quantity),
-    WithJsonSchema({"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}),
-]
+def _over_limit(s: "ResourceRequirements") -> list[str]:
+    return [
+        name for name, request in s.requests.items()
+        if name in s.limits and parse_quantity(request) > parse_quantity(s.limits[name])
+    ]
 
 
 class ResourceRequirements(SpecModel):
     """CPU, memory and other requests and limits of each pod (GPUs come from gpusPerReplica)."""
 
-    requests: dict[str, Quantity] = Field(default={}, max_length=32)
-    limits: dict[str, Quantity] = Field(default={}, max_length=32)
+    requests: dict[LabelKey, Quantity] = Field(default={}, max_length=32)
+    """Resource name (cpu, memory, ephemeral-storage, example.com/foo) to a non-negative quantity."""
+    limits: dict[LabelKey, Quantity] = Field(default={}, max_length=32)
+    """At least the request of the same resource."""
 
     RULES = (
+        Rule(
+            # Python checks the keys by their type (LabelKey); this is the CRD's half.
+            message="resource names must be qualified names such as cpu, memory or example.com/foo",
+            check=lambda s: True,
+            cel=f"{label_keys_cel('self.requests')} && {label_keys_cel('self.limits')}",
+        ),
+        Rule(
+            message="a request must not exceed the limit of the same resource",
+            check=lambda s: not _over_limit(s),
+            cel=(
+                "self.requests.all(k, !(k in self.limits)"
+                " || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)"
+            ),
+            field="requests",
+            detail=lambda s: ", ".join(f"{n}: {s.requests[n]} > {s.limits[n]}" for n in _over_limit(s)),
+        ),
         Rule(
             message=f"do not request {GPU_RESOURCE} here: set the role's gpusPerReplica",
             check=lambda s: GPU_RESOURCE not in s.requests and GPU_RESOURCE not in s.limits,
@@ -54,9 +58,11 @@ class ResourceRequirements(SpecModel):
 class Toleration(SpecModel):
     """A toleration of a node taint, as in a PodSpec."""
 
-    key: str | None = Field(default=None, max_length=317, pattern=_LABEL_KEY)
+    key: LabelKey | None = None
+    """The taint's key, a label key; empty (with operator Exists) matches every taint."""
     operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = Field(default=None, max_length=63)
+    value: LabelValue | None = None
+    """Equal: the taint's value, a label value."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
     """NoExecute only: how long the pod stays bound after the taint appears."""
@@ -107,12 +113,12 @@ class PodGroupSpec(SpecModel):
     gpus_per_replica: int | None = Field(default=None, ge=0, le=16)
     """GPUs per pod (default 0: CPU). A pod runs one rank per GPU, or one rank without GPUs."""
     resources: ResourceRequirements | None = None
-    node_selector: dict[str, str] | None = Field(default=None, max_length=64)
+    node_selector: label_map(64) | None = None  # type: ignore[valid-type]
     """Labels of the node pool this role's pods must land on."""
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
     """Taints of the node pool that this role's pods tolerate."""
-    affinity: dict[str, Any] | None = None
-    """A Kubernetes Affinity, as in a PodSpec."""
+    affinity: Affinity | None = None
+    """A Kubernetes Affinity, as in a PodSpec (node affinity, pod affinity and anti-affinity)."""
 
     @property
     def own_ranks(self) -> int:

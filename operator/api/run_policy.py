@@ -8,6 +8,8 @@ from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
 
+from .kube_grammar import DNSSubdomain
+
 
 class SchedulingPolicy(SpecModel):
     """Gang admission: all of a job's pods start together or none do."""
@@ -16,7 +18,7 @@ class SchedulingPolicy(SpecModel):
     """none: the default scheduler; kueue: admitted through a LocalQueue; volcano: a PodGroup with minMember."""
     queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     """kueue: the LocalQueue; volcano: the Volcano queue (optional)."""
-    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253)
+    priority_class_name: DNSSubdomain | None = None
     """The PriorityClass of every pod."""
 
     RULES = (

@@ -8,6 +8,7 @@ from pydantic import Field
 
 from kuberl.engine.config import (
     AlgorithmSpec,
+    ReinforcePPSpec,
     DataSpec,
     ModelSpec,
     RewardSpec,
@@ -19,6 +20,7 @@ from kuberl.engine.config import (
 )
 from kuberl.engine.config.algorithm import GROUP_BASELINE_ALGORITHMS
 
+from .kube_grammar import DNSSubdomain, ImageReference
 from .roles import Roles
 from .run_policy import MonitoringSpec, RunPolicy
 
@@ -115,12 +117,12 @@ class RLJobSpec(SpecModel):
     trainer: TrainerSpec
     run_policy: RunPolicy = RunPolicy()
     monitoring: MonitoringSpec = MonitoringSpec()
-    image: str | None = Field(default=None, min_length=1, max_length=512)
+    image: ImageReference | None = None
     """The trainer image; default: the one the operator was installed with."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[LocalObjectReference] = Field(default=[], max_length=16)
     """Secrets, by name, for pulling the image."""
-    service_account_name: str | None = Field(default=None, min_length=1, max_length=253)
+    service_account_name: DNSSubdomain | None = None
     """The pods' ServiceAccount; default: none mounted (the engine needs no API access)."""
 
     RULES = (
@@ -141,6 +143,21 @@ class RLJobSpec(SpecModel):
             check=lambda s: s.algorithm.name not in GROUP_BASELINE_ALGORITHMS or s.rollout_or_default().samples_per_prompt >= 2,
             cel="!(self.algorithm.name in ['grpo', 'rloo']) || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
             field="rollout.samplesPerPrompt",
+        ),
+        Rule(
+            message="reinforcePp.baseline subtracts the mean of a prompt's samples: with samplesPerPrompt 1 every advantage is 0; set samplesPerPrompt >= 2 or baseline: false",
+            check=lambda s: s.algorithm.name != "reinforce_pp"
+            or not (s.algorithm.reinforce_pp or ReinforcePPSpec()).baseline
+            or s.rollout_or_default().samples_per_prompt >= 2,
+            cel="self.algorithm.name != 'reinforce_pp' || (has(self.algorithm.reinforcePp) && !self.algorithm.reinforcePp.baseline)"
+            " || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
+            field="rollout.samplesPerPrompt",
+        ),
+        Rule(
+            message="rollout.kvCacheBytes applies only on CPU; on GPUs set rollout.gpuMemoryUtilization",
+            check=lambda s: s.rollout is None or s.rollout.kv_cache_bytes is None or not s.roles.actor.gpus_per_replica,
+            cel="!has(self.rollout) || !has(self.rollout.kvCacheBytes) || !has(self.roles.actor.gpusPerReplica) || self.roles.actor.gpusPerReplica == 0",
+            field="rollout.kvCacheBytes",
         ),
         Rule(
             message="a KL term (algorithm.klCoef > 0) and dpo need roles.ref, the reference policy",
