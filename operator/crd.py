@@ -77,6 +77,14 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
             out[key] = _without_nulls(value)
         elif key in _KEPT:
             out[key] = value
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and node.get("default") == 0:
+            # kube-apiserver 1.37 refuses a CRD whose default 0 sits under an exclusive bound
+            # ("default: Invalid value: 0: in body should be less than 0", measured), so such a
+            # bound is said in CEL instead.
+            op = ">" if key == "exclusiveMinimum" else "<"
+            out.setdefault("x-kubernetes-validations", []).append(
+                {"rule": f"self {op} {value}", "message": f"must be {'greater' if op == '>' else 'less'} than {value}"}
+            )
         elif key == "exclusiveMinimum":
             out["minimum"], out["exclusiveMinimum"] = value, True
         elif key == "exclusiveMaximum":
@@ -94,6 +102,10 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
     if kind == "object":
         props = node.get("properties")
         extra = node.get("additionalProperties")
+        if extra is None and len(node.get("patternProperties", {})) == 1:
+            # A map with constrained keys: structural schemas have no key patterns, so the keys'
+            # rule is a CEL rule of the map (kube_grammar.label_keys_cel), and the values stay typed.
+            [extra] = node["patternProperties"].values()
         if props is not None:
             out["properties"] = {name: _convert(sub, defs, f"{where}.{name}") for name, sub in props.items()}
             if node.get("required"):

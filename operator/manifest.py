@@ -94,7 +94,8 @@ def load_rljobs(path: Path) -> list[RLJob]:
 def problems_from_validation_error(exc: ValidationError, source: str, doc: Any) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
+        # pydantic marks an invalid dict key with "[key]" after it: the key itself is the place.
+        loc = tuple(part for part in error["loc"] if part != "[key]")
         if error["type"] == RULE_ERROR_TYPE:
             for broken in error["ctx"]["problems"]:
                 field = tuple(broken["field"].split(".")) if broken["field"] else ()

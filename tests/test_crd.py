@@ -161,12 +161,11 @@ def _is_quantity(text) -> celtypes.BoolType:
     return celtypes.BoolType(True)
 
 
-# The quantity library of Kubernetes' CEL (isQuantity, quantity, sign, compareTo), which cel-python lacks.
+# The part of Kubernetes' CEL quantity library that the CRD uses, which cel-python lacks.
 _K8S_CEL_FUNCTIONS = {
     "isQuantity": _is_quantity,
     "quantity": _Quantity,
-    "sign": lambda q: celtypes.IntType((q.value > 0) - (q.value < 0)),
-    "compareTo": lambda a, b: celtypes.IntType((a.value > b.value) - (a.value < b.value)),
+    "isLessThan": lambda a, b: celtypes.BoolType(a.value < b.value),
 }
 
 

@@ -70,6 +70,10 @@ class DatasetSource(SpecModel):
 FIELD_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
 
 
+def _same_source(a: DatasetSource, b: DatasetSource) -> bool:
+    return (a.path is not None and a.path == b.path) or (a.generator is not None and a.generator == b.generator)
+
+
 class DataSpec(SpecModel):
     """What to train on."""
 
@@ -109,8 +113,13 @@ class DataSpec(SpecModel):
         ),
         Rule(
             message="validation is the training set itself: give held-out prompts (another file, or the generator with another seed)",
-            check=lambda s: s.validation is None or s.validation != s.train,
-            cel="!has(self.validation) || self.validation != self.train",
+            check=lambda s: s.validation is None or not _same_source(s.validation, s.train),
+            # CEL cannot compare the two objects (their schemas are distinct types), so field by field.
+            cel="!has(self.validation) || !("
+            "(has(self.validation.path) && has(self.train.path) && self.validation.path == self.train.path)"
+            " || (has(self.validation.generator) && has(self.train.generator)"
+            + "".join(f" && self.validation.generator.{f} == self.train.generator.{f}" for f in ("name", "count", "seed", "maxOperand"))
+            + "))",
             field="validation",
         ),
     )

@@ -25,9 +25,9 @@ def _over_limit(s: "ResourceRequirements") -> list[str]:
 class ResourceRequirements(SpecModel):
     """CPU, memory and other requests and limits of each pod (GPUs come from gpusPerReplica)."""
 
-    requests: dict[LabelKey, Quantity] = Field(default={}, max_length=32)
+    requests: dict[LabelKey, Quantity] = Field(default={}, max_length=16)
     """Resource name (cpu, memory, ephemeral-storage, example.com/foo) to a non-negative quantity."""
-    limits: dict[LabelKey, Quantity] = Field(default={}, max_length=32)
+    limits: dict[LabelKey, Quantity] = Field(default={}, max_length=16)
     """At least the request of the same resource."""
 
     RULES = (
@@ -40,10 +40,8 @@ class ResourceRequirements(SpecModel):
         Rule(
             message="a request must not exceed the limit of the same resource",
             check=lambda s: not _over_limit(s),
-            cel=(
-                "self.requests.all(k, !(k in self.limits)"
-                " || quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)"
-            ),
+            # No CEL: comparing quantities costs more than the API server's CEL budget allows over
+            # four roles (measured); the API server refuses such a pod when the operator creates it.
             field="requests",
             detail=lambda s: ", ".join(f"{n}: {s.requests[n]} > {s.limits[n]}" for n in _over_limit(s)),
         ),
