@@ -76,5 +76,12 @@ def rljob_crd(control_plane) -> None:
     """The generated RLJob CRD, applied to the control plane and Established."""
     from kuberl.operator.crd import CRD_FILE_NAME
 
+    from kuberl.operator.testing.waiting import eventually
+
     control_plane.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / CRD_FILE_NAME))
-    control_plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev", "--timeout=60s")
+    # Right after the apply the CRD may have no status.conditions yet, and `kubectl wait` then
+    # fails at once ("<nil> is of the type <nil>") instead of waiting: ask until it answers.
+    eventually(
+        lambda: control_plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev", "--timeout=60s", check=False).returncode == 0,
+        timeout=90, what="the RLJob CRD Established",
+    )

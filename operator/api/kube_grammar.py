@@ -19,7 +19,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Callable
 
-from pydantic import AfterValidator, Field, WithJsonSchema
+from pydantic import AfterValidator, Field, PlainValidator, WithJsonSchema
 
 _DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 DNS1123_LABEL = rf"^{_DNS1123_LABEL}$"
@@ -175,7 +175,7 @@ def _non_negative_quantity(value: object) -> int | str:
 NON_NEGATIVE_QUANTITY = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 Quantity = Annotated[
     int | str,
-    AfterValidator(_non_negative_quantity),
+    PlainValidator(_non_negative_quantity),  # one message for a wrong type, not one per union branch
     WithJsonSchema({
         "x-kubernetes-int-or-string": True,
         "anyOf": [{"type": "integer"}, {"type": "string"}],
