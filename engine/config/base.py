@@ -79,7 +79,7 @@ class SpecModel(BaseModel):
     model_config = ConfigDict(
         alias_generator=to_camel,
         # Code builds models by their Python names; manifests are parsed with by_name=False
-        # (kuberl.operator.manifest), so that only the API's names reach a cluster.
+        # (by the operator's manifest reader), so that only the API's names reach a cluster.
         validate_by_name=True,
         validate_by_alias=True,
         extra="forbid",
