@@ -23,7 +23,7 @@ from .api import API_VERSION, GROUP, KIND, RLJob
 from .problems import ManifestError, Problem, format_path
 from .yaml_reader import Document, json_problems, read_documents
 
-__all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljobs", "parse_rljob", "read_documents"]
+__all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljobs", "parse_rljob", "read_documents", "rljobs_from_text"]
 
 
 # --- RLJob ----------------------------------------------------------------------------------
@@ -73,6 +73,11 @@ def load_rljobs(path: Path) -> list[RLJob]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem(source, "", f"cannot read: {exc}")]) from None
+    return rljobs_from_text(text, source)
+
+
+def rljobs_from_text(text: str, source: str) -> list[RLJob]:
+    """Every RLJob in the text of a manifest file named `source`."""
     jobs, problems = [], []
     for doc in read_documents(text, source):
         if not is_rljob_document(doc.content):
@@ -80,7 +85,8 @@ def load_rljobs(path: Path) -> list[RLJob]:
         try:
             jobs.append(parse_rljob(doc.content, doc.source))
         except ManifestError as exc:
-            problems.extend(exc.problems)
+            # A problem of the whole object names the line where it starts.
+            problems.extend(p if p.path else Problem(doc.start, "", p.message) for p in exc.problems)
     if problems:
         raise ManifestError(problems)
     if not jobs:

@@ -41,11 +41,22 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 class Document:
     """One object of a manifest file."""
 
-    source: str
-    """The file, with the document's number (and the List item's) when there are several."""
-    content: Any
+    file: str
     line: int
     """The line where the document (or List item) starts, from 1."""
+    label: str
+    """Which object of the file: "document 2", "item 0", "document 1, item 3"; empty when it is the only one."""
+    content: Any
+
+    @property
+    def source(self) -> str:
+        """How problems name the object: the file, and the label when there are several."""
+        return f"{self.file} ({self.label})" if self.label else self.file
+
+    @property
+    def start(self) -> str:
+        """Where the object starts: file:line, and the label; for problems of the whole object."""
+        return f"{self.file}:{self.line} ({self.label})" if self.label else f"{self.file}:{self.line}"
 
 
 class _LimitError(yaml.MarkedYAMLError):
@@ -139,27 +150,32 @@ def read_documents(text: str, source: str) -> list[Document]:
     """The non-empty documents of `text`, with `kind: List` files unfolded into their items."""
     if len(text.encode("utf-8", errors="replace")) > MAX_FILE_BYTES:
         raise ManifestError([Problem(source, "", f"larger than {MAX_FILE_BYTES // 2**20} MiB, the API server's request limit")])
-    loader = _Loader(text)
     found: list[tuple[Any, int]] = []
+    loader = None
     try:
+        loader = _Loader(text)  # the reader checks every character here
         while loader.check_node():
-            line = loader.peek_event().start_mark.line + 1
-            doc = loader.get_data()
+            node = loader.get_node()
+            doc = loader.construct_document(node) if node is not None else None
             if doc is not None:
-                found.append((doc, line))
+                found.append((doc, node.start_mark.line + 1))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         kind = "refused" if isinstance(exc, _LimitError) else "YAML syntax error" if isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)) else "YAML error"
         raise ManifestError([Problem(where, "", f"{kind}: {exc.problem or exc}")]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ManifestError([Problem(f"{source}:{line}", "", f"YAML error: character {exc.character:#x} is not allowed in YAML")]) from None
     except yaml.YAMLError as exc:
         raise ManifestError([Problem(source, "", f"YAML error: {exc}")]) from None
     finally:
-        loader.dispose()
-    names = [source] if len(found) == 1 else [f"{source} (document {i})" for i in range(1, len(found) + 1)]
+        if loader is not None:
+            loader.dispose()
+    labels = [""] if len(found) == 1 else [f"document {i}" for i in range(1, len(found) + 1)]
     documents = []
-    for name, (doc, line) in zip(names, found):
-        documents.extend(_unfold_list(Document(name, doc, line)))
+    for label, (doc, line) in zip(labels, found):
+        documents.extend(_unfold_list(Document(source, line, label, doc)))
     return documents
 
 
@@ -170,8 +186,8 @@ def _unfold_list(doc: Document) -> list[Document]:
     items = content.get("items")
     if not isinstance(items, list):
         raise ManifestError([Problem(doc.source, "items", "a List needs items: a list of objects")])
-    inner = doc.source[:-1] + ", " if doc.source.endswith(")") else doc.source + " ("
-    return [Document(f"{inner}item {i})", item, doc.line) for i, item in enumerate(items)]
+    prefix = f"{doc.label}, " if doc.label else ""
+    return [Document(doc.file, doc.line, f"{prefix}item {i}", item) for i, item in enumerate(items)]
 
 
 def json_problems(value: Any, source: str, loc: tuple[Any, ...] = ()) -> list[Problem]:

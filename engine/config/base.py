@@ -88,6 +88,9 @@ class SpecModel(BaseModel):
         validate_default=False,
         json_schema_extra=_add_rules_to_schema,
         use_attribute_docstrings=True,
+        # Validators are built on first use, as one tree from the model validated: `kuberl
+        # validate` then builds what it needs once instead of every model on import.
+        defer_build=True,
     )
 
     RULES: ClassVar[tuple[Rule, ...]] = ()

@@ -152,7 +152,7 @@ def parse_quantity(value: int | str) -> Decimal:
     suffix = match["suffix"] or ""
     try:
         number = Decimal(match["number"])
-        if suffix[:1] in ("e", "E"):
+        if suffix not in _SUFFIX:  # an exponent such as e3 ("E" alone is exa, "Ei" exbi)
             exponent = int(suffix[1:])
             if abs(exponent) > _MAX_EXPONENT:
                 raise ValueError(f"{value!r}: exponent out of range")
