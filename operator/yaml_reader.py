@@ -105,7 +105,7 @@ class _Loader(yaml.SafeLoader):
         if self._nodes > MAX_NODES:
             raise _LimitError(
                 None, None,
-                f"the document expands to more than {MAX_NODES} values (aliases repeat what they refer to): refused, as kubectl refuses such alias bombs",
+                f"the document expands to more than {MAX_NODES} values (aliases repeat what they refer to); kubectl refuses such alias bombs too",
                 event.start_mark,
             )
 
