@@ -40,6 +40,34 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_algorithms(args: argparse.Namespace) -> int:
+    try:
+        from kuberl.engine import algorithms as A  # torch: the engine's extra, not the operator's image
+    except ImportError as exc:
+        print(f"error: listing the algorithms needs the engine (pip install 'kuberl[engine]'): {exc}", file=sys.stderr)
+        return 1
+    import inspect
+
+    def options(entry: object) -> str:
+        shown = [name if default is inspect.Parameter.empty else f"{name}={default!r}" for name, default in entry.options.items()]
+        return ", ".join(shown) or "-"
+
+    print("advantage estimators")
+    for e in sorted(A.ADVANTAGES.values(), key=lambda e: e.name):
+        needs = ", ".join(n for n, on in (("critic", e.needs_critic), (f"samplesPerPrompt >= {e.min_samples}", e.min_samples > 1)) if on)
+        print(f"  {e.name:<14} {e.summary}\n  {'':<14} options: {options(e)}; needs: {needs or '-'}")
+    print("policy losses")
+    for loss in sorted(A.POLICY_LOSSES.values(), key=lambda e: e.name):
+        print(f"  {loss.name:<14} {loss.summary}\n  {'':<14} options: {options(loss)}")
+    print("presets (algorithm.name)")
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+
+    for name in ("ppo", "grpo", "rloo", "reinforce_pp", "dpo"):
+        choice = A.choice_of(AlgorithmSpec(name=name))
+        print(f"  {name:<14} advantage {choice.advantage or '-'}, policy loss {choice.policy_loss or 'dpo (preference pairs)'}")
+    return 0
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from .main import OperatorOptions, run  # kopf and the client load only for this command
 
@@ -87,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("version", help="print the version").set_defaults(func=_cmd_version)
     sub.add_parser("crd", help="print the RLJob CustomResourceDefinition (YAML)").set_defaults(func=_cmd_crd)
+    sub.add_parser(
+        "algorithms", help="list the registered advantage estimators, policy losses and presets, with their options",
+    ).set_defaults(func=_cmd_algorithms)
     validate = sub.add_parser(
         "validate",
         help="check RLJob manifests against the API's schema and rules",

@@ -142,3 +142,135 @@ def test_masked_whiten_zero_mean_unit_std():
     mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
     w = A.masked_whiten(x, mask)
     close(w, [[-1.0, 0.0, 1.0, 0.0]], tol=1e-4)  # std of 1, 2, 3 is 1
+
+
+# --- the registries --------------------------------------------------------------------------
+
+
+def test_gae_estimator_whitens_over_the_batch_by_default():
+    # Two one-token responses, values 0, gamma = lambda = 1: raw advantages are the scores 1 and 3;
+    # whitened over the batch (unbiased std sqrt(2)): -1/sqrt(2), +1/sqrt(2).
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 3.0]), group=torch.tensor([0, 1]),
+                               mask=torch.ones(2, 1), values=torch.zeros(2, 1))
+    gae = A.advantage_estimator("gae")
+    raw = gae.fn(inputs, gamma=1.0, lam=1.0, whiten=False)
+    assert torch.allclose(raw.advantages, torch.tensor([[1.0], [3.0]]))
+    assert torch.allclose(raw.returns, torch.tensor([[1.0], [3.0]]))  # value targets stay unwhitened
+    white = gae.fn(inputs, gamma=1.0, lam=1.0)
+    assert torch.allclose(white.advantages, torch.tensor([[-1.0], [1.0]]) / 2**0.5, atol=1e-5)
+    assert torch.allclose(white.returns, raw.returns)
+
+
+def test_kl_in_the_reward_is_subtracted_from_token_rewards():
+    mask = torch.ones(1, 2)
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0]), group=torch.tensor([0]), mask=mask,
+                               values=torch.zeros(1, 2), kl_penalty=torch.tensor([[0.25, 0.5]]))
+    out = A.advantage_estimator("gae").fn(inputs, gamma=1.0, lam=1.0, whiten=False)
+    # rewards [-0.25, 1 - 0.5]; Monte Carlo returns-to-go [0.25, 0.5]
+    assert torch.allclose(out.advantages, torch.tensor([[0.25, 0.5]]))
+
+
+def test_group_estimators_through_the_registry_equal_their_functions():
+    scores, group, mask = torch.tensor([1.0, 0.0, 2.0, 2.0]), torch.tensor([0, 0, 1, 1]), torch.ones(4, 3)
+    inputs = A.AdvantageInputs(scores=scores, group=group, mask=mask)
+    assert torch.equal(A.advantage_estimator("grpo").fn(inputs).advantages, A.grpo_advantages(scores, group)[:, None] * mask)
+    assert torch.equal(A.advantage_estimator("rloo").fn(inputs).advantages, A.rloo_advantages(scores, group)[:, None] * mask)
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(KeyError, match="known: gae, gpg, grpo, opo, reinforce_pp, rloo"):
+        A.advantage_estimator("gea")
+    with pytest.raises(KeyError, match="known: cispo, gpg, gspo, ppo_clip"):
+        A.policy_loss_entry("ppo")
+
+
+def test_a_name_cannot_be_registered_twice():
+    with pytest.raises(ValueError, match="registered twice"):
+        A.register_advantage("grpo", summary="again")(lambda inputs: None)
+
+
+@pytest.mark.parametrize("name", ["ppo", "grpo", "rloo", "reinforce_pp"])
+def test_presets_agree_with_the_api_on_what_an_algorithm_needs(name):
+    # The API (torch-free, for the operator) states needs_critic and the group-baseline algorithms;
+    # the registry's traits must say the same.
+    from kuberl.engine.config.algorithm import GROUP_BASELINE_ALGORITHMS, AlgorithmSpec
+
+    spec = AlgorithmSpec(name=name)
+    estimator = A.advantage_estimator(A.choice_of(spec).advantage)
+    assert estimator.needs_critic == spec.needs_critic
+    assert (estimator.min_samples >= 2) == (name in GROUP_BASELINE_ALGORITHMS)
+    assert set(A.choice_of(spec).advantage_options) <= set(estimator.options)
+    A.policy_loss_entry(A.choice_of(spec).policy_loss)
+
+
+def test_cli_lists_every_registered_entry(kuberl_cli):
+    import subprocess
+
+    out = subprocess.run([kuberl_cli, "algorithms"], capture_output=True, text=True, check=True).stdout
+    for name in [*A.ADVANTAGES, *A.POLICY_LOSSES]:
+        assert f"  {name} " in out
+    assert "whiten=True" in out and "needs: critic" in out
+
+
+# --- the modern set, on hand-computed values ---------------------------------------------------
+
+
+def test_opo_baseline_is_the_length_weighted_group_mean():
+    # Group 0: lengths 1 and 3, scores 1 and 0 -> baseline (1*1 + 3*0)/4 = 0.25.
+    mask = torch.tensor([[1.0, 0, 0], [1, 1, 1]])
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0]), group=torch.tensor([0, 0]), mask=mask)
+    out = A.advantage_estimator("opo").fn(inputs).advantages
+    assert torch.allclose(out, torch.tensor([[0.75, 0, 0], [-0.25, -0.25, -0.25]]))
+
+
+def test_gpg_scales_by_batch_over_informative_samples():
+    # Group 0 differs (1, 0): centred +-0.5; group 1 is all 1: no signal. B = 4, B_valid = 2 -> x2.
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 1.0, 1.0]), group=torch.tensor([0, 0, 1, 1]), mask=torch.ones(4, 1))
+    out = A.advantage_estimator("gpg").fn(inputs).advantages[:, 0]
+    assert torch.allclose(out, torch.tensor([1.0, -1.0, 0.0, 0.0]))
+
+
+def test_dual_clip_caps_the_loss_of_negative_advantages():
+    logp, old = torch.log(torch.tensor([[5.0]])), torch.zeros(1, 1)  # ratio 5
+    mask, adv = torch.ones(1, 1), torch.tensor([[-1.0]])
+    plain, _ = A.policy_loss(logp, old, adv, mask, clip_low=0.2)
+    capped, _ = A.policy_loss(logp, old, adv, mask, clip_low=0.2, dual_clip=3.0)
+    assert float(plain) == pytest.approx(5.0) and float(capped) == pytest.approx(3.0)
+
+
+def test_gspo_uses_the_sequence_ratio_for_every_token():
+    # Token log-ratios 0.2 and -0.1: sequence ratio exp(0.05), shared by both tokens.
+    old = torch.zeros(1, 2)
+    logp = torch.tensor([[0.2, -0.1]], requires_grad=True)
+    loss, stats = A.POLICY_LOSSES["gspo"].fn(logp, old, torch.ones(1, 2), torch.ones(1, 2), clip_low=1.0, clip_high=1.0)
+    assert float(loss.detach()) == pytest.approx(-math.exp(0.05), rel=1e-6)
+    loss.backward()
+    # d/dlogp_t of -mean_t(sg(s) exp(logp_t - sg(logp_t))) = -s / 2 for each token.
+    assert torch.allclose(logp.grad, torch.full((1, 2), -math.exp(0.05) / 2))
+
+
+def test_gspo_clips_the_sequence_ratio():
+    logp = torch.tensor([[0.5, 0.5]], requires_grad=True)  # s = e^0.5, far past 1 + 4e-4
+    loss, stats = A.POLICY_LOSSES["gspo"].fn(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+    assert float(loss) == pytest.approx(-(1 + 4e-4)) and float(stats["clip_fraction"]) == 1.0
+    loss.backward()
+    assert torch.count_nonzero(logp.grad) == 0
+
+
+def test_cispo_detaches_a_clipped_weight_and_keeps_every_gradient():
+    old = torch.zeros(1, 2)
+    logp = torch.tensor([[math.log(2.0), math.log(10.0)]], requires_grad=True)  # ratios 2 and 10
+    loss, stats = A.POLICY_LOSSES["cispo"].fn(logp, old, torch.ones(1, 2), torch.ones(1, 2), clip_high=4.0)
+    # weights 2 and min(10, 5) = 5; loss = -mean(w * logp)
+    assert float(loss) == pytest.approx(-(2 * math.log(2.0) + 5 * math.log(10.0)) / 2)
+    loss.backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-1.0, -2.5]]))
+    assert float(stats["clip_fraction"]) == 0.5
+
+
+def test_gpg_loss_is_the_plain_policy_gradient():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, _ = A.POLICY_LOSSES["gpg"].fn(logp, logp.detach(), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2))
+    assert float(loss) == pytest.approx(3.0)
+    loss.backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-1.0, -1.0]]))

@@ -24,6 +24,9 @@ class GAESpec(SpecModel):
     """Discount per token, 0..1 (above 1 a return would grow with the response's length)."""
     lam: float = Field(default=0.95, ge=0.0, le=1.0, alias="lambda")
     """GAE's lambda, 0..1: 0 is one-step TD, 1 is Monte Carlo; outside that range it mixes neither."""
+    whiten: bool = True
+    """Whiten the advantages over the step's batch (mean 0, std 1), as PPO implementations do by
+    default; false keeps their scale, which then follows the reward's."""
 
 
 class PPOSpec(SpecModel):

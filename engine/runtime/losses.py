@@ -16,13 +16,14 @@ from .sequences import SeqBatch
 
 
 def policy_loss_fn(algorithm: AlgorithmSpec) -> LossFn:
-    """Clipped surrogate, plus a KL loss against the reference and an entropy bonus when asked for."""
+    """The algorithm's registered policy loss, plus a KL loss against the reference and an entropy bonus when asked for."""
     kl_loss = algorithm.kl_coef > 0 and not algorithm.kl_in_reward and algorithm.name != "dpo"
+    choice = A.choice_of(algorithm)
+    surrogate = A.policy_loss_entry(choice.policy_loss)
 
     def loss_fn(logits: torch.Tensor, mb: SeqBatch):
         logp = response_logprobs_from_logits(logits, mb)
-        loss, st = A.policy_loss(logp, mb.old_logprobs, mb.advantages, mb.mask, algorithm.clip_ratio,
-                                 algorithm.clip_ratio_high, algorithm.loss_aggregation)
+        loss, st = surrogate.fn(logp, mb.old_logprobs, mb.advantages, mb.mask, **choice.policy_loss_options)
         stats = {"policy_loss": loss.detach(), **st}
         if kl_loss:
             kl = A.kl_estimate(logp, mb.ref_logprobs, algorithm.kl_estimator)

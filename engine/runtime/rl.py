@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from .. import algorithms as A
-from ..config.algorithm import GROUP_BASELINE_ALGORITHMS, DPOSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from ..config.algorithm import DPOSpec
 from ..config.progress import CheckpointStatus
 from ..config.topology import EngineConfig
 from ..data import Example, PromptEncoder, PromptLoader, load_examples
@@ -83,8 +83,13 @@ def check_supported(config: EngineConfig) -> None:
     actor = config.roles["actor"]
     if actor.layout.tp % actor.rollout_tp:
         raise ConfigError(f"roles.actor.layout.rolloutTp: {actor.rollout_tp} must divide the actor's tp={actor.layout.tp}")
-    if config.algorithm.name in GROUP_BASELINE_ALGORITHMS and (config.rollout is None or config.rollout.samples_per_prompt < 2):
-        raise ConfigError(f"rollout.samplesPerPrompt: {config.algorithm.name} needs at least 2 samples per prompt")
+    choice = A.choice_of(config.algorithm)
+    if choice.advantage:
+        estimator = A.advantage_estimator(choice.advantage)
+        samples = config.rollout.samples_per_prompt if config.rollout is not None else 1
+        if samples < estimator.min_samples:
+            raise ConfigError(f"rollout.samplesPerPrompt: {config.algorithm.name} ({estimator.name}) needs at least "
+                              f"{estimator.min_samples} samples per prompt")
     if config.algorithm.name != "dpo" and config.reward is None:
         raise ConfigError("reward: a reward source is required for on-policy algorithms")
 
@@ -383,28 +388,12 @@ class RLRun:
         return torch.tensor(scores, dtype=torch.float32), parts
 
     def _advantages(self, scores: torch.Tensor, group: torch.Tensor, batch: SeqBatch, kl: torch.Tensor | None):
-        algorithm, mask = self.config.algorithm, batch.mask
-        kl_reward = kl is not None and algorithm.kl_in_reward
-        name = algorithm.name
-
-        def token_rewards(per_response: torch.Tensor) -> torch.Tensor:
-            rewards = A.last_token_rewards(per_response, mask)
-            return rewards - algorithm.kl_coef * kl if kl_reward else rewards
-
-        if name == "ppo":
-            gae = (algorithm.ppo or PPOSpec()).gae
-            return A.gae(token_rewards(scores), batch.old_values, mask, gae.gamma, gae.lam)
-        if name == "reinforce_pp":
-            if (algorithm.reinforce_pp or ReinforcePPSpec()).baseline:
-                scores = scores - A.group_mean(scores, group)
-            return A.reinforce_pp_advantages(token_rewards(scores), mask), None
-        if name == "grpo":
-            per_seq = A.grpo_advantages(scores, group, normalize_by_std=(algorithm.grpo or GRPOSpec()).normalize_by_std)
-        elif name == "rloo":
-            per_seq = A.rloo_advantages(scores, group)
-        else:
-            raise ConfigError(f"algorithm.name: {name} has no advantage estimator")
-        return A.broadcast_to_tokens(per_seq, mask), None
+        algorithm = self.config.algorithm
+        choice = A.choice_of(algorithm)
+        penalty = algorithm.kl_coef * kl if kl is not None and algorithm.kl_in_reward else None
+        inputs = A.AdvantageInputs(scores=scores, group=group, mask=batch.mask, values=batch.old_values, kl_penalty=penalty)
+        out = A.advantage_estimator(choice.advantage).fn(inputs, **choice.advantage_options)
+        return out.advantages, out.returns
 
     def _update(self, batch: SeqBatch) -> dict[str, float]:
         """Mini-batch updates of the actor (and critic) over this step's sequences, split over DP."""

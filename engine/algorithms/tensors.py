@@ -1,0 +1,101 @@
+"""Tensor helpers every algorithm shares: masked reductions, loss aggregation, KL estimators, groups.
+
+Shapes: a batch of B responses padded on the right to T tokens. `mask` is [B, T] with 1 on response
+tokens. `scores` are per-response rewards [B]. Responses of the same prompt share a `group` id [B].
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"]
+KLEstimator = Literal["k1", "k2", "k3"]
+
+
+def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    # The clamp keeps an all-masked row at 0 instead of NaN.
+    return masked_sum(x, mask, dim) / (mask.sum() if dim is None else mask.sum(dim)).clamp(min=1)
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / std over the masked entries (unbiased std, as in REINFORCE++)."""
+    mean = masked_mean(x, mask)
+    n = mask.sum().clamp(min=2)
+    var = masked_sum((x - mean) ** 2, mask) / (n - 1)
+    return (x - mean) * torch.rsqrt(var + eps) * mask
+
+
+def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> torch.Tensor:
+    """One number from per-token losses [B, T].
+
+    token_mean: every token weighs the same (long responses weigh more); seq_mean_token_sum: sum
+    over a response's tokens, mean over responses (Dr. GRPO); seq_mean_token_mean: every response
+    weighs the same (the original GRPO).
+    """
+    if mode == "token_mean":
+        return masked_mean(loss, mask)
+    if mode == "seq_mean_token_sum":
+        return masked_sum(loss, mask, dim=-1).mean()
+    if mode == "seq_mean_token_mean":
+        return masked_mean(loss, mask, dim=-1).mean()
+    raise ValueError(f"unknown loss aggregation {mode!r}")
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KLEstimator) -> torch.Tensor:
+    """Per-token estimate of KL(policy || reference) from samples of the policy (Schulman, 2020).
+
+    k1 = log p - log q (unbiased, high variance, can be negative); k2 = (log p - log q)^2 / 2;
+    k3 = q/p - 1 - log(q/p) (unbiased, always >= 0).
+    """
+    log_ratio = logprobs - ref_logprobs
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        # Clamped as verl does: exp of a large negative log-ratio is harmless, of a large positive not.
+        neg = torch.clamp(-log_ratio, min=-20.0, max=20.0)
+        return torch.exp(neg) - 1.0 - neg
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+def last_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] rewards that are zero except the score on each response's last token."""
+    rewards = torch.zeros_like(mask, dtype=scores.dtype)
+    lengths = mask.long().sum(-1)
+    has_tokens = lengths > 0
+    rows = torch.arange(mask.shape[0])[has_tokens]
+    rewards[rows, lengths[has_tokens] - 1] = scores[has_tokens]
+    return rewards
+
+
+def _group_stats(scores: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-response (group mean, group std (unbiased), group size)."""
+    _, inverse, counts = torch.unique(group, return_inverse=True, return_counts=True)
+    sums = torch.zeros(len(counts), dtype=scores.dtype).index_add_(0, inverse, scores)
+    means = sums / counts
+    sq = torch.zeros(len(counts), dtype=scores.dtype).index_add_(0, inverse, (scores - means[inverse]) ** 2)
+    stds = torch.sqrt(sq / (counts - 1).clamp(min=1))
+    return means[inverse], stds[inverse], counts[inverse]
+
+
+def group_mean(scores: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """Per-response mean score of its group (REINFORCE++'s baseline)."""
+    return _group_stats(scores, group)[0]
+
+
+def broadcast_to_tokens(per_response: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return per_response[:, None] * mask
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Per-position entropy of the categorical distribution over the last dimension."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
