@@ -274,3 +274,23 @@ def test_gpg_loss_is_the_plain_policy_gradient():
     assert float(loss) == pytest.approx(3.0)
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-1.0, -1.0]]))
+
+
+def test_the_apis_catalog_is_generated_from_the_registries(repo):
+    from kuberl.engine.algorithms import catalog
+
+    on_disk = (repo / "engine" / "config" / "algorithm_catalog.py").read_text()
+    assert on_disk == catalog.generate(), (
+        "engine/config/algorithm_catalog.py is stale: run .venv/bin/python -m kuberl.engine.algorithms.catalog > engine/config/algorithm_catalog.py"
+    )
+
+
+def test_explicit_choices_replace_the_presets_with_snake_case_options():
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+
+    spec = AlgorithmSpec.model_validate({"name": "grpo", "advantage": {"name": "opo"},
+                                         "policyLoss": {"name": "gspo", "options": {"clipHigh": 0.28}}}, by_name=False)
+    choice = A.choice_of(spec)
+    assert (choice.advantage, choice.advantage_options) == ("opo", {})
+    assert (choice.policy_loss, choice.policy_loss_options) == ("gspo", {"clip_high": 0.28})
+    assert spec.min_samples == 2 and not spec.needs_critic

@@ -219,7 +219,7 @@ def test_emulated_api_server_with_cel_python_refuses_bad_manifests(path: Path) -
 
 def test_api_server_exemptions_are_few() -> None:
     exempt = [p.name for p in (MANIFESTS / "bad").glob("*.yaml") if "# api-server: accepts" in p.read_text()]
-    assert sorted(exempt) == ["affinity-selector-label-bad.yaml", "request-above-limit.yaml"], (
+    assert sorted(exempt) == ["advantage-option-unknown.yaml", "affinity-selector-label-bad.yaml", "policy-loss-option-mistyped.yaml", "request-above-limit.yaml"], (
         "a manifest our parser refuses but the CRD accepts needs a good reason"
     )
 

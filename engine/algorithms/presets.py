@@ -5,8 +5,10 @@ A pure function of the spec, so that the step, the losses and the checks all rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from pydantic.alias_generators import to_snake
 
 from ..config.algorithm import AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
 
@@ -22,6 +24,21 @@ class AlgorithmChoice:
 
 
 def choice_of(spec: AlgorithmSpec) -> AlgorithmChoice:
+    """The registry entries and options that run: the preset's, with `advantage` and `policyLoss` in their place when set."""
+    choice = _preset(spec)
+    if spec.advantage is not None:
+        choice = replace(choice, advantage=spec.advantage.name, advantage_options=_kwargs(spec.advantage.options))
+    if spec.policy_loss is not None:
+        choice = replace(choice, policy_loss=spec.policy_loss.name, policy_loss_options=_kwargs(spec.policy_loss.options))
+    return choice
+
+
+def _kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    """Manifest option names (camelCase) as the functions' keyword arguments."""
+    return {to_snake(k): v for k, v in options.items()}
+
+
+def _preset(spec: AlgorithmSpec) -> AlgorithmChoice:
     """The registry entries and options behind a spec's preset (ppo, grpo, rloo, reinforce_pp, dpo)."""
     loss_options = {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high, "aggregation": spec.loss_aggregation}
     if spec.name == "ppo":

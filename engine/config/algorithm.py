@@ -6,15 +6,88 @@ a block named after it, and a block for another algorithm than the one chosen is
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
+from . import algorithm_catalog as catalog
 from .base import Rule, SpecModel
 
 AlgorithmName = Literal["ppo", "grpo", "rloo", "reinforce_pp", "dpo"]
 # Algorithms that compare several samples of the same prompt to form their baseline.
 GROUP_BASELINE_ALGORITHMS: tuple[AlgorithmName, ...] = ("grpo", "rloo")
+
+
+def needs_critic_cel(algorithm: str) -> str:
+    """CEL over the spec: whether the estimator that runs learns a critic."""
+    return (f"(has({algorithm}.advantage) ? {algorithm}.advantage.name in {_CRITIC_ESTIMATORS!r}"
+            f" : {algorithm}.name == 'ppo')").replace('"', "'")
+
+
+def group_baseline_cel(algorithm: str) -> str:
+    """CEL over the spec: whether the estimator that runs compares samples of one prompt."""
+    return (f"(has({algorithm}.advantage) ? {algorithm}.advantage.name in {_GROUP_ESTIMATORS!r}"
+            f" : {algorithm}.name in {list(GROUP_BASELINE_ALGORITHMS)!r})").replace('"', "'")
+# What each preset's estimator is (engine/algorithms/presets.py fills in its options).
+PRESET_ADVANTAGE: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp"}
+
+AdvantageName = Literal[tuple(sorted(catalog.ADVANTAGES))]  # type: ignore[valid-type]
+PolicyLossName = Literal[tuple(sorted(catalog.POLICY_LOSSES))]  # type: ignore[valid-type]
+_CRITIC_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.needs_critic)
+_GROUP_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.min_samples >= 2)
+
+
+def _option_problems(options: dict[str, Any], known: dict[str, Any], what: str) -> list[str]:
+    problems = []
+    for key, value in options.items():
+        if key not in known:
+            problems.append(f"{key}: not an option of {what} (its options: {', '.join(known) or 'none'})")
+            continue
+        default = known[key]
+        wanted = float if isinstance(default, float) else type(default) if default is not None else None
+        ok = wanted is None or (isinstance(value, wanted) and not (wanted is not bool and isinstance(value, bool))) \
+            or (wanted is float and isinstance(value, int) and not isinstance(value, bool))
+        if not ok:
+            problems.append(f"{key}: expected a {wanted.__name__}, got {value!r}")
+    return problems
+
+
+# Options are checked here only: the CRD keeps them as free values (each entry has its own), and
+# CEL cannot range over such a map.
+
+
+class AdvantageChoice(SpecModel):
+    """A registered advantage estimator (`kuberl algorithms` lists them) and its options."""
+
+    name: AdvantageName
+    options: dict[str, Any] = Field(default={}, max_length=32)
+    """Keyword options of the estimator, by their camelCase names (e.g. normalizeByStd: false)."""
+
+    RULES = (
+        Rule(
+            message="unknown or mistyped option",
+            check=lambda s: not _option_problems(s.options, catalog.ADVANTAGES[s.name].options, s.name),
+            field="options",
+            detail=lambda s: "; ".join(_option_problems(s.options, catalog.ADVANTAGES[s.name].options, s.name)),
+        ),
+    )
+
+
+class PolicyLossChoice(SpecModel):
+    """A registered policy loss (`kuberl algorithms` lists them) and its options."""
+
+    name: PolicyLossName
+    options: dict[str, Any] = Field(default={}, max_length=32)
+    """Keyword options of the loss, by their camelCase names (e.g. clipHigh: 0.28)."""
+
+    RULES = (
+        Rule(
+            message="unknown or mistyped option",
+            check=lambda s: not _option_problems(s.options, catalog.POLICY_LOSSES[s.name].options, s.name),
+            field="options",
+            detail=lambda s: "; ".join(_option_problems(s.options, catalog.POLICY_LOSSES[s.name].options, s.name)),
+        ),
+    )
 
 
 class GAESpec(SpecModel):
@@ -96,6 +169,11 @@ class AlgorithmSpec(SpecModel):
     """How per-token losses become one number."""
     update_epochs: int = Field(default=1, ge=1, le=100)
     """Passes over each step's rollouts."""
+    advantage: AdvantageChoice | None = None
+    """Replaces the preset's advantage estimator (and its block's options: grpo, reinforcePp, ppo.gae)."""
+    policy_loss: PolicyLossChoice | None = None
+    """Replaces the preset's loss, PPO's clipped surrogate (clipRatio, clipRatioHigh and lossAggregation
+    then apply to the KL and entropy terms only; the loss takes its own options)."""
     ppo: PPOSpec | None = None
     grpo: GRPOSpec | None = None
     reinforce_pp: ReinforcePPSpec | None = None
@@ -112,6 +190,18 @@ class AlgorithmSpec(SpecModel):
             cel="!has(self.clipRatioHigh) || self.clipRatioHigh >= self.clipRatio",
             field="clipRatioHigh",
             detail=lambda s: f"{s.clip_ratio_high} < {s.clip_ratio}",
+        ),
+        Rule(
+            message="advantage replaces the preset's estimator: set its options in advantage.options, not in a grpo or reinforcePp block",
+            check=lambda s: s.advantage is None or (s.grpo is None and s.reinforce_pp is None),
+            cel="!has(self.advantage) || (!has(self.grpo) && !has(self.reinforcePp))",
+            field="advantage",
+        ),
+        Rule(
+            message="dpo trains on preference pairs: it takes no advantage or policyLoss",
+            check=lambda s: s.name != "dpo" or (s.advantage is None and s.policy_loss is None),
+            cel="self.name != 'dpo' || (!has(self.advantage) && !has(self.policyLoss))",
+            field="name",
         ),
         Rule(
             message="klInReward needs klCoef > 0: there is no KL term to move into the reward",
@@ -133,5 +223,17 @@ class AlgorithmSpec(SpecModel):
         return self.name == "dpo" or self.kl_coef > 0.0
 
     @property
+    def advantage_name(self) -> str | None:
+        """The estimator that runs: the explicit one, or the preset's (None for dpo)."""
+        return self.advantage.name if self.advantage is not None else PRESET_ADVANTAGE.get(self.name)
+
+    @property
     def needs_critic(self) -> bool:
-        return self.name == "ppo"
+        name = self.advantage_name
+        return name is not None and catalog.ADVANTAGES[name].needs_critic
+
+    @property
+    def min_samples(self) -> int:
+        """Samples per prompt the estimator needs (2 for a group baseline)."""
+        name = self.advantage_name
+        return catalog.ADVANTAGES[name].min_samples if name is not None else 1

@@ -18,7 +18,7 @@ from kuberl.engine.config import (
     TokenizerSpec,
     TrainerSpec,
 )
-from kuberl.engine.config.algorithm import GROUP_BASELINE_ALGORITHMS
+from kuberl.engine.config.algorithm import group_baseline_cel, needs_critic_cel
 
 from .kube_grammar import DNSSubdomain, ImageReference
 from .roles import Roles
@@ -129,35 +129,31 @@ class RLJobSpec(SpecModel):
         Rule(
             message="ppo needs roles.critic (GAE learns a value function)",
             check=lambda s: not s.algorithm.needs_critic or s.roles.critic is not None,
-            cel="self.algorithm.name != 'ppo' || has(self.roles.critic)",
+            cel=f"!{needs_critic_cel('self.algorithm')} || has(self.roles.critic)",
             field="roles.critic",
         ),
         Rule(
-            message="roles.critic is only used by ppo",
+            message="roles.critic is only used by ppo (an estimator that learns a critic: gae)",
             check=lambda s: s.roles.critic is None or s.algorithm.needs_critic,
-            cel="!has(self.roles.critic) || self.algorithm.name == 'ppo'",
+            cel=f"!has(self.roles.critic) || {needs_critic_cel('self.algorithm')}",
             field="roles.critic",
         ),
         Rule(
             message="grpo and rloo compare samples of one prompt: rollout.samplesPerPrompt must be at least 2",
-            check=lambda s: s.algorithm.name not in GROUP_BASELINE_ALGORITHMS or s.rollout_or_default().samples_per_prompt >= 2,
-            cel="!(self.algorithm.name in ['grpo', 'rloo']) || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
+            check=lambda s: s.algorithm.min_samples < 2 or s.rollout_or_default().samples_per_prompt >= 2,
+            cel=f"!{group_baseline_cel('self.algorithm')} || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
             field="rollout.samplesPerPrompt",
+            detail=lambda s: f"{s.algorithm.advantage_name} needs {s.algorithm.min_samples}",
         ),
         Rule(
             message="reinforcePp.baseline subtracts the mean of a prompt's samples: with samplesPerPrompt 1 every advantage is 0; set samplesPerPrompt >= 2 or baseline: false",
-            check=lambda s: s.algorithm.name != "reinforce_pp"
+            check=lambda s: s.algorithm.name != "reinforce_pp" or s.algorithm.advantage is not None
             or not (s.algorithm.reinforce_pp or ReinforcePPSpec()).baseline
             or s.rollout_or_default().samples_per_prompt >= 2,
-            cel="self.algorithm.name != 'reinforce_pp' || (has(self.algorithm.reinforcePp) && !self.algorithm.reinforcePp.baseline)"
+            cel="self.algorithm.name != 'reinforce_pp' || has(self.algorithm.advantage)"
+            " || (has(self.algorithm.reinforcePp) && !self.algorithm.reinforcePp.baseline)"
             " || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
             field="rollout.samplesPerPrompt",
-        ),
-        Rule(
-            message="rollout.kvCacheBytes applies only on CPU; on GPUs set rollout.gpuMemoryUtilization",
-            check=lambda s: s.rollout is None or s.rollout.kv_cache_bytes is None or not s.roles.actor.gpus_per_replica,
-            cel="!has(self.rollout) || !has(self.rollout.kvCacheBytes) || !has(self.roles.actor.gpusPerReplica) || self.roles.actor.gpusPerReplica == 0",
-            field="rollout.kvCacheBytes",
         ),
         Rule(
             message="a KL term (algorithm.klCoef > 0) and dpo need roles.ref, the reference policy",

@@ -194,3 +194,21 @@ def test_smoke(kuberl_cli: str) -> None:
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert "training layout : TP=2 PP=1 DP=1" in result.stdout
     assert "kuberl smoke: OK, everything worked." in result.stdout
+
+
+def test_estimator_and_loss_chosen_by_name_train_dp2(make_job, run_job, tiny_model: Path) -> None:
+    # Registry entries beside the presets: OPO's length-weighted baseline with GSPO's sequence-level
+    # clipping (wide clip range, so that the tiny model's first steps move it).
+    job, run = make_job(algorithm={"name": "grpo", "advantage": {"name": "opo"},
+                                   "policyLoss": {"name": "gspo", "options": {"clipLow": 0.2, "clipHigh": 0.28}}},
+                        optimizer={"lr": 1e-3})
+    result = run_job(job, run)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [r for r in records(run) if "reward_mean" in r]
+    assert len(steps) == 2
+    for r in steps:
+        finite(r, "policy_loss", "grad_norm", "approx_kl", "clip_fraction")
+    from safetensors.torch import load_file
+
+    start, final = load_file(tiny_model / "model.safetensors"), exported(run)
+    assert not torch.equal(start["model.embed_tokens.weight"], final["model.embed_tokens.weight"])

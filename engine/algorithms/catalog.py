@@ -1,0 +1,60 @@
+"""Writes engine/config/algorithm_catalog.py: the registries' names, traits and options, without torch.
+
+The API (validation, the CRD, the operator's image) cannot import torch, yet must know which
+estimators and losses exist and what each needs. So the registries are the source, and this
+generator copies what the API needs into a torch-free module; a test regenerates and compares.
+
+    .venv/bin/python -m kuberl.engine.algorithms.catalog > engine/config/algorithm_catalog.py
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+
+from pydantic.alias_generators import to_camel
+
+from . import ADVANTAGES, POLICY_LOSSES
+
+HEADER = '''"""The registered advantage estimators and policy losses: names, traits and options, without torch.
+
+Generated from kuberl.engine.algorithms' registries. Do not edit: run
+`.venv/bin/python -m kuberl.engine.algorithms.catalog > engine/config/algorithm_catalog.py`.
+Options are by their manifest (camelCase) names, with their defaults (None: required or unset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    summary: str
+    options: dict[str, Any]
+    needs_critic: bool = False
+    min_samples: int = 1
+
+'''
+
+
+def _options(entry: object) -> dict[str, object]:
+    return {to_camel(name): (None if default is inspect.Parameter.empty else default) for name, default in entry.options.items()}
+
+
+def generate() -> str:
+    lines = [HEADER, "ADVANTAGES: dict[str, CatalogEntry] = {"]
+    for name in sorted(ADVANTAGES):
+        e = ADVANTAGES[name]
+        lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}, needs_critic={e.needs_critic!r}, min_samples={e.min_samples!r}),")
+    lines += ["}", "", "POLICY_LOSSES: dict[str, CatalogEntry] = {"]
+    for name in sorted(POLICY_LOSSES):
+        e = POLICY_LOSSES[name]
+        lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}),")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(generate())
