@@ -43,13 +43,18 @@ def _options(entry: object) -> dict[str, object]:
     return {to_camel(name): (None if default is inspect.Parameter.empty else default) for name, default in entry.options.items()}
 
 
+def _built_in(entries: dict) -> list[str]:
+    """Names registered by kuberl itself, not by a plug-in loaded into this process."""
+    return sorted(name for name, e in entries.items() if e.fn.__module__.startswith(__package__ + "."))
+
+
 def generate() -> str:
     lines = [HEADER, "ADVANTAGES: dict[str, CatalogEntry] = {"]
-    for name in sorted(ADVANTAGES):
+    for name in _built_in(ADVANTAGES):
         e = ADVANTAGES[name]
         lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}, needs_critic={e.needs_critic!r}, min_samples={e.min_samples!r}),")
     lines += ["}", "", "POLICY_LOSSES: dict[str, CatalogEntry] = {"]
-    for name in sorted(POLICY_LOSSES):
+    for name in _built_in(POLICY_LOSSES):
         e = POLICY_LOSSES[name]
         lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}),")
     lines.append("}")

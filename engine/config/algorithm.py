@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from . import algorithm_catalog as catalog
-from .base import Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel
 
 AlgorithmName = Literal["ppo", "grpo", "rloo", "reinforce_pp", "dpo"]
 # Algorithms that compare several samples of the same prompt to form their baseline.
@@ -31,8 +31,6 @@ def group_baseline_cel(algorithm: str) -> str:
 # What each preset's estimator is (engine/algorithms/presets.py fills in its options).
 PRESET_ADVANTAGE: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp"}
 
-AdvantageName = Literal[tuple(sorted(catalog.ADVANTAGES))]  # type: ignore[valid-type]
-PolicyLossName = Literal[tuple(sorted(catalog.POLICY_LOSSES))]  # type: ignore[valid-type]
 _CRITIC_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.needs_critic)
 _GROUP_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.min_samples >= 2)
 
@@ -53,40 +51,58 @@ def _option_problems(options: dict[str, Any], known: dict[str, Any], what: str) 
 
 
 # Options are checked here only: the CRD keeps them as free values (each entry has its own), and
-# CEL cannot range over such a map.
+# CEL cannot range over such a map. Names and options of plug-in entries are checked when the
+# engine has loaded the plug-ins (engine/algorithms/plugins.py), before any model loads.
+_ENTRY_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+def _options_rule(entries: dict[str, Any]) -> Rule:
+    def problems(s: Any) -> list[str]:
+        entry = entries.get(s.name)
+        return _option_problems(s.options, entry.options, s.name) if entry is not None else []
+
+    return Rule(message="unknown or mistyped option", check=lambda s: not problems(s), field="options",
+                detail=lambda s: "; ".join(problems(s)))
 
 
 class AdvantageChoice(SpecModel):
-    """A registered advantage estimator (`kuberl algorithms` lists them) and its options."""
+    """An advantage estimator by its registered name (`kuberl algorithms` lists them) and its options."""
 
-    name: AdvantageName
+    name: str = Field(min_length=1, max_length=64, pattern=_ENTRY_NAME)
     options: dict[str, Any] = Field(default={}, max_length=32)
     """Keyword options of the estimator, by their camelCase names (e.g. normalizeByStd: false)."""
 
-    RULES = (
-        Rule(
-            message="unknown or mistyped option",
-            check=lambda s: not _option_problems(s.options, catalog.ADVANTAGES[s.name].options, s.name),
-            field="options",
-            detail=lambda s: "; ".join(_option_problems(s.options, catalog.ADVANTAGES[s.name].options, s.name)),
-        ),
-    )
+    RULES = (_options_rule(catalog.ADVANTAGES),)
 
 
 class PolicyLossChoice(SpecModel):
-    """A registered policy loss (`kuberl algorithms` lists them) and its options."""
+    """A policy loss by its registered name (`kuberl algorithms` lists them) and its options."""
 
-    name: PolicyLossName
+    name: str = Field(min_length=1, max_length=64, pattern=_ENTRY_NAME)
     options: dict[str, Any] = Field(default={}, max_length=32)
     """Keyword options of the loss, by their camelCase names (e.g. clipHigh: 0.28)."""
 
+    RULES = (_options_rule(catalog.POLICY_LOSSES),)
+
+
+class PluginFile(SpecModel):
+    """A Python file that registers estimators or losses with kuberl.engine.algorithms' decorators."""
+
+    path: LocalPath
+
     RULES = (
-        Rule(
-            message="unknown or mistyped option",
-            check=lambda s: not _option_problems(s.options, catalog.POLICY_LOSSES[s.name].options, s.name),
-            field="options",
-            detail=lambda s: "; ".join(_option_problems(s.options, catalog.POLICY_LOSSES[s.name].options, s.name)),
-        ),
+        Rule(message="path must name a .py file", check=lambda s: s.path.endswith(".py"),
+             cel="self.path.endsWith('.py')", field="path"),
+    )
+
+
+def _known_rule(field: str, attr: str, entries: dict[str, Any], what: str) -> Rule:
+    names = sorted(entries)
+    return Rule(
+        message=f"unknown {what}: known are {', '.join(names)} (or register it in a file of algorithm.plugins)",
+        check=lambda s: getattr(s, attr) is None or getattr(s, attr).name in entries or bool(s.plugins),
+        cel=f"!has(self.{field}) || self.{field}.name in {names!r} || size(self.plugins) > 0".replace('"', "'"),
+        field=f"{field}.name",
     )
 
 
@@ -174,12 +190,16 @@ class AlgorithmSpec(SpecModel):
     policy_loss: PolicyLossChoice | None = None
     """Replaces the preset's loss, PPO's clipped surrogate (clipRatio, clipRatioHigh and lossAggregation
     then apply to the KL and entropy terms only; the loss takes its own options)."""
+    plugins: list[PluginFile] = Field(default=[], max_length=8)
+    """Python files loaded at start that register more estimators and losses (examples/plugins/)."""
     ppo: PPOSpec | None = None
     grpo: GRPOSpec | None = None
     reinforce_pp: ReinforcePPSpec | None = None
     dpo: DPOSpec | None = None
 
     RULES = (
+        _known_rule("advantage", "advantage", catalog.ADVANTAGES, "advantage estimator"),
+        _known_rule("policyLoss", "policy_loss", catalog.POLICY_LOSSES, "policy loss"),
         _block_rule("ppo", "ppo", "ppo"),
         _block_rule("grpo", "grpo", "grpo"),
         _block_rule("reinforcePp", "reinforce_pp", "reinforce_pp"),
@@ -229,11 +249,12 @@ class AlgorithmSpec(SpecModel):
 
     @property
     def needs_critic(self) -> bool:
-        name = self.advantage_name
-        return name is not None and catalog.ADVANTAGES[name].needs_critic
+        """Whether the estimator learns a critic (a plug-in's is known once the engine loads it)."""
+        entry = catalog.ADVANTAGES.get(self.advantage_name or "")
+        return entry is not None and entry.needs_critic
 
     @property
     def min_samples(self) -> int:
         """Samples per prompt the estimator needs (2 for a group baseline)."""
-        name = self.advantage_name
-        return catalog.ADVANTAGES[name].min_samples if name is not None else 1
+        entry = catalog.ADVANTAGES.get(self.advantage_name or "")
+        return entry.min_samples if entry is not None else 1

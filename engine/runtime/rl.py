@@ -68,10 +68,20 @@ class Timer:
 
 
 def check_supported(config: EngineConfig) -> None:
-    """What this engine runs today; refused up front with the field named."""
+    """What this engine runs today; refused up front with the field named. Loads the job's algorithm plug-ins."""
+    from ..algorithms.plugins import load_plugins
+
     algorithm = config.algorithm
+    load_plugins([Path(p.path).expanduser() for p in algorithm.plugins])
+    choice = A.choice_of(algorithm)
+    for field, name, entries in (("advantage", choice.advantage, A.ADVANTAGES), ("policyLoss", choice.policy_loss, A.POLICY_LOSSES)):
+        if name and name not in entries:
+            raise ConfigError(f"algorithm.{field}.name: {name!r} is not registered (known: {', '.join(sorted(entries))})")
+    estimator = A.advantage_estimator(choice.advantage) if choice.advantage else None
+    if estimator is not None and estimator.needs_critic and "critic" not in config.roles:
+        raise ConfigError(f"roles.critic: the advantage estimator {estimator.name} learns a critic; add roles.critic")
     for role, topo in config.roles.items():
-        if role == "critic" and not algorithm.needs_critic:
+        if role == "critic" and not (estimator is not None and estimator.needs_critic):
             raise ConfigError(f"roles.critic: {algorithm.name} has no critic; remove the role")
         if role == "ref" and not algorithm.needs_reference:
             raise ConfigError(f"roles.ref: {algorithm.name} uses no reference policy (klCoef is 0); remove the role or set algorithm.klCoef")
@@ -83,9 +93,7 @@ def check_supported(config: EngineConfig) -> None:
     actor = config.roles["actor"]
     if actor.layout.tp % actor.rollout_tp:
         raise ConfigError(f"roles.actor.layout.rolloutTp: {actor.rollout_tp} must divide the actor's tp={actor.layout.tp}")
-    choice = A.choice_of(config.algorithm)
-    if choice.advantage:
-        estimator = A.advantage_estimator(choice.advantage)
+    if estimator is not None:
         samples = config.rollout.samples_per_prompt if config.rollout is not None else 1
         if samples < estimator.min_samples:
             raise ConfigError(f"rollout.samplesPerPrompt: {config.algorithm.name} ({estimator.name}) needs at least "
@@ -135,7 +143,9 @@ class RLRun:
 
         hf_state = read_hf_state_dict(folder)
         self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer)
-        self.needs_ref, self.needs_critic = algorithm.needs_reference, algorithm.needs_critic
+        self.needs_ref = algorithm.needs_reference
+        choice = A.choice_of(algorithm)
+        self.needs_critic = bool(choice.advantage) and A.advantage_estimator(choice.advantage).needs_critic
         self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype) \
             if self.needs_ref and "ref" not in self.remote_roles else None
         self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True) \

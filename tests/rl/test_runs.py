@@ -196,10 +196,12 @@ def test_smoke(kuberl_cli: str) -> None:
     assert "kuberl smoke: OK, everything worked." in result.stdout
 
 
-def test_estimator_and_loss_chosen_by_name_train_dp2(make_job, run_job, tiny_model: Path) -> None:
-    # Registry entries beside the presets: OPO's length-weighted baseline with GSPO's sequence-level
-    # clipping (wide clip range, so that the tiny model's first steps move it).
-    job, run = make_job(algorithm={"name": "grpo", "advantage": {"name": "opo"},
+def test_plugin_estimator_and_registered_loss_train_dp2(make_job, run_job, tiny_model: Path) -> None:
+    # The example plug-in's estimator (registered from a file at start, on every rank) with GSPO's
+    # sequence-level clipping (wide clip range, so that the tiny model's first steps move it).
+    plugin = Path(__file__).parents[2] / "examples" / "plugins" / "median_baseline.py"
+    job, run = make_job(algorithm={"name": "grpo", "plugins": [{"path": str(plugin)}],
+                                   "advantage": {"name": "median_baseline", "options": {"scale": 2.0}},
                                    "policyLoss": {"name": "gspo", "options": {"clipLow": 0.2, "clipHigh": 0.28}}},
                         optimizer={"lr": 1e-3})
     result = run_job(job, run)

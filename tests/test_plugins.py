@@ -1,0 +1,82 @@
+"""Algorithm plug-ins: the example registers a working estimator; broken ones are refused by file and function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kuberl.engine import algorithms as A
+from kuberl.engine.algorithms.plugins import PluginError, load_plugins
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "plugins" / "median_baseline.py"
+
+
+def test_the_example_plugin_registers_an_estimator_with_hand_computed_values() -> None:
+    assert "median_baseline" in load_plugins([EXAMPLE]) or "median_baseline" in A.ADVANTAGES
+    assert len(EXAMPLE.read_text().splitlines()) < 30
+    entry = A.advantage_estimator("median_baseline")
+    assert entry.min_samples == 2 and entry.options == {"scale": 1.0}
+    # Group 0: scores 1, 0, 5 -> median 1; group 1: 2, 4 -> torch's median is the lower middle, 2.
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 5.0, 2.0, 4.0]), group=torch.tensor([0, 0, 0, 1, 1]),
+                               mask=torch.ones(5, 1))
+    out = entry.fn(inputs, scale=2.0).advantages[:, 0]
+    assert torch.equal(out, torch.tensor([0.0, -2.0, 8.0, 0.0, 4.0]))
+
+
+def test_loading_the_same_file_twice_registers_once() -> None:
+    load_plugins([EXAMPLE])
+    assert load_plugins([EXAMPLE]) == []
+
+
+BAD = {
+    "import_fails.py": ("import no_such_module_here\n", "importing {path} failed: ModuleNotFoundError"),
+    "option_without_default.py": (
+        "from kuberl.engine.algorithms import Advantages, register_advantage\n"
+        "@register_advantage('needs_option', summary='x')\n"
+        "def needs_option(inputs, width):\n    return Advantages(inputs.mask)\n",
+        "{path}: function needs_option: options need defaults (width)",
+    ),
+    "returns_nan.py": (
+        "import torch\nfrom kuberl.engine.algorithms import Advantages, register_advantage\n"
+        "@register_advantage('nan_adv', summary='x')\n"
+        "def nan_adv(inputs):\n    return Advantages(inputs.mask * float('nan'))\n",
+        "{path}: function nan_adv returned NaN or infinite advantages",
+    ),
+    "wrong_shape.py": (
+        "from kuberl.engine.algorithms import Advantages, register_advantage\n"
+        "@register_advantage('per_sequence', summary='x')\n"
+        "def per_sequence(inputs):\n    return Advantages(inputs.scores)\n",
+        "{path}: function per_sequence returned advantages of shape (4,); they must be per token, (4, 3)",
+    ),
+    "loss_not_scalar.py": (
+        "from kuberl.engine.algorithms import register_policy_loss\n"
+        "@register_policy_loss('per_token_loss', summary='x')\n"
+        "def per_token_loss(logprobs, old_logprobs, advantages, mask):\n    return -advantages * logprobs, {}\n",
+        "{path}: function per_token_loss must return a finite scalar loss, got shape (4, 3)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_broken_plugin_is_refused_naming_file_and_function(tmp_path: Path, name: str) -> None:
+    source, message = BAD[name]
+    path = tmp_path / name
+    path.write_text(source)
+    with pytest.raises(PluginError) as caught:
+        load_plugins([path])
+    assert message.format(path=path) in str(caught.value)
+
+
+def test_a_missing_plugin_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PluginError, match="does not exist"):
+        load_plugins([tmp_path / "absent.py"])
+
+
+def test_a_refused_plugin_leaves_nothing_registered(tmp_path: Path) -> None:
+    path = tmp_path / "half.py"
+    path.write_text(BAD["returns_nan.py"][0])
+    with pytest.raises(PluginError):
+        load_plugins([path])
+    assert "nan_adv" not in A.ADVANTAGES
