@@ -305,13 +305,14 @@ def test_active_deadline_fails_the_job(control_plane, operator) -> None:
 def test_a_spec_that_slips_past_the_crd_fails_with_a_message(control_plane, operator) -> None:
     plane = control_plane
     ns = new_namespace(plane, "invalid")
-    bad = small_job("bad-quantity")
-    bad["spec"]["roles"]["actor"]["resources"] = {"requests": {"memory": "4GB"}}  # the CRD cannot judge this
+    bad = small_job("over-limit")
+    # A request above its limit: the CRD cannot judge it (CEL's cost budget), our parser does.
+    bad["spec"]["roles"]["actor"]["resources"] = {"requests": {"cpu": "4"}, "limits": {"cpu": "2"}}
     create(plane, ns, bad)
-    s = wait_phase(plane, ns, "bad-quantity", "Failed")
+    s = wait_phase(plane, ns, "over-limit", "Failed")
     condition = next(c for c in s["conditions"] if c["type"] == "Failed")
     assert condition["reason"] == "InvalidSpec"
-    assert "spec.roles.actor.resources.requests.memory" in condition["message"]
+    assert "spec.roles.actor.resources.requests" in condition["message"]
     assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
     create(plane, ns, small_job("still-served"))  # the operator kept running
     wait_phase(plane, ns, "still-served", "Running")
