@@ -6,7 +6,6 @@ are pure; they run on the controller rank, which owns the decoded text of every 
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 import re
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .config.reward import RewardSpec
+from .user_code import import_user_file
 
 RewardFn = Callable[..., float]
 
@@ -73,15 +73,7 @@ def _check_args(field: str, fn: RewardFn, args: dict[str, Any]) -> None:
 
 def load_python_reward(path: Path, function: str) -> RewardFn:
     """The function `function` of the Python file `path`."""
-    if not path.is_file():
-        raise RewardError(f"reward.python.path: {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"kuberl_user_reward_{abs(hash(str(path)))}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: report what broke, where
-        raise RewardError(f"reward.python.path: importing {path} failed: {type(exc).__name__}: {exc}") from exc
+    module = import_user_file(path, "reward.python.path", RewardError, kind="reward")
     fn = getattr(module, function, None)
     if not callable(fn):
         raise RewardError(f"reward.python.function: {path} has no function {function!r}")

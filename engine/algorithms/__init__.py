@@ -11,7 +11,7 @@ from . import policy_losses as _policy_losses  # noqa: F401  (registers the buil
 from .advantages import gae, grpo_advantages, reinforce_pp_advantages, rloo_advantages, token_rewards
 from .policy_losses import policy_loss, value_loss
 from .preference import dpo_loss
-from .presets import AlgorithmChoice, choice_of
+from .presets import AlgorithmChoice, choice_of, estimator_of
 from .registry import (
     ADVANTAGES,
     POLICY_LOSSES,
@@ -41,7 +41,7 @@ from .tensors import (
 __all__ = [
     "ADVANTAGES", "AdvantageEstimator", "AdvantageInputs", "Advantages", "Aggregation", "AlgorithmChoice", "KLEstimator",
     "POLICY_LOSSES", "PolicyLoss", "advantage_estimator", "aggregate", "broadcast_to_tokens", "choice_of", "dpo_loss",
-    "entropy_from_logits", "gae", "group_mean", "grpo_advantages", "kl_estimate", "last_token_rewards", "masked_mean",
+    "entropy_from_logits", "estimator_of", "gae", "group_mean", "grpo_advantages", "kl_estimate", "last_token_rewards", "masked_mean",
     "masked_sum", "masked_whiten", "policy_loss", "policy_loss_entry", "register_advantage", "register_policy_loss",
     "reinforce_pp_advantages", "rloo_advantages", "token_rewards", "value_loss",
 ]

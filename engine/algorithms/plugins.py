@@ -8,13 +8,13 @@ file and the function named before any model loads, not at the first step an hou
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import math
 from pathlib import Path
 
 import torch
 
+from ..user_code import import_user_file
 from .registry import ADVANTAGES, POLICY_LOSSES, AdvantageInputs, Advantages
 
 
@@ -34,7 +34,7 @@ def load_plugins(paths: list[Path]) -> list[str]:
             continue
         before_adv, before_loss = set(ADVANTAGES), set(POLICY_LOSSES)
         try:
-            _import(path)
+            import_user_file(path, "algorithm.plugins", PluginError, kind="algorithms")
             for name in sorted(set(ADVANTAGES) - before_adv):
                 _check_advantage(path, name)
             for name in sorted(set(POLICY_LOSSES) - before_loss):
@@ -49,18 +49,6 @@ def load_plugins(paths: list[Path]) -> list[str]:
         added += sorted(set(ADVANTAGES) - before_adv) + sorted(set(POLICY_LOSSES) - before_loss)
         _LOADED.add(path.resolve())
     return added
-
-
-def _import(path: Path) -> None:
-    if not path.is_file():
-        raise PluginError(f"algorithm.plugins: {path} does not exist")
-    spec = importlib.util.spec_from_file_location(f"kuberl_user_algorithms_{abs(hash(str(path.resolve())))}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: say what broke, where
-        raise PluginError(f"algorithm.plugins: importing {path} failed: {type(exc).__name__}: {exc}") from None
 
 
 def _probe() -> AdvantageInputs:

@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic.alias_generators import to_snake
 
-from ..config.algorithm import AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from ..config.algorithm import PRESET_ADVANTAGE, AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from .registry import AdvantageEstimator, advantage_estimator
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ def choice_of(spec: AlgorithmSpec) -> AlgorithmChoice:
     return choice
 
 
+def estimator_of(spec: AlgorithmSpec) -> AdvantageEstimator | None:
+    """The registered estimator that runs (None for dpo); a plug-in's once its file is loaded."""
+    name = choice_of(spec).advantage
+    return advantage_estimator(name) if name else None
+
+
 def _kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """Manifest option names (camelCase) as the functions' keyword arguments."""
     return {to_snake(k): v for k, v in options.items()}
@@ -40,15 +47,16 @@ def _kwargs(options: dict[str, Any]) -> dict[str, Any]:
 
 def _preset(spec: AlgorithmSpec) -> AlgorithmChoice:
     """The registry entries and options behind a spec's preset (ppo, grpo, rloo, reinforce_pp, dpo)."""
-    loss_options = {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high, "aggregation": spec.loss_aggregation}
+    if spec.name not in PRESET_ADVANTAGE:
+        # dpo trains on preference pairs with its own loss (algorithms.preference), not these registries.
+        return AlgorithmChoice("", {}, "", {})
+    options: dict[str, Any] = {}
     if spec.name == "ppo":
         gae = (spec.ppo or PPOSpec()).gae
-        return AlgorithmChoice("gae", {"gamma": gae.gamma, "lam": gae.lam, "whiten": gae.whiten}, "ppo_clip", loss_options)
-    if spec.name == "grpo":
-        return AlgorithmChoice("grpo", {"normalize_by_std": (spec.grpo or GRPOSpec()).normalize_by_std}, "ppo_clip", loss_options)
-    if spec.name == "rloo":
-        return AlgorithmChoice("rloo", {}, "ppo_clip", loss_options)
-    if spec.name == "reinforce_pp":
-        return AlgorithmChoice("reinforce_pp", {"baseline": (spec.reinforce_pp or ReinforcePPSpec()).baseline}, "ppo_clip", loss_options)
-    # dpo trains on preference pairs with its own loss (algorithms.preference), not these registries.
-    return AlgorithmChoice("", {}, "", {})
+        options = {"gamma": gae.gamma, "lam": gae.lam, "whiten": gae.whiten}
+    elif spec.name == "grpo":
+        options = {"normalize_by_std": (spec.grpo or GRPOSpec()).normalize_by_std}
+    elif spec.name == "reinforce_pp":
+        options = {"baseline": (spec.reinforce_pp or ReinforcePPSpec()).baseline}
+    loss_options = {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high, "aggregation": spec.loss_aggregation}
+    return AlgorithmChoice(PRESET_ADVANTAGE[spec.name], options, "ppo_clip", loss_options)

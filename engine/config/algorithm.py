@@ -14,25 +14,29 @@ from . import algorithm_catalog as catalog
 from .base import LocalPath, Rule, SpecModel
 
 AlgorithmName = Literal["ppo", "grpo", "rloo", "reinforce_pp", "dpo"]
-# Algorithms that compare several samples of the same prompt to form their baseline.
-GROUP_BASELINE_ALGORITHMS: tuple[AlgorithmName, ...] = ("grpo", "rloo")
-
-
-def needs_critic_cel(algorithm: str) -> str:
-    """CEL over the spec: whether the estimator that runs learns a critic."""
-    return (f"(has({algorithm}.advantage) ? {algorithm}.advantage.name in {_CRITIC_ESTIMATORS!r}"
-            f" : {algorithm}.name == 'ppo')").replace('"', "'")
-
-
-def group_baseline_cel(algorithm: str) -> str:
-    """CEL over the spec: whether the estimator that runs compares samples of one prompt."""
-    return (f"(has({algorithm}.advantage) ? {algorithm}.advantage.name in {_GROUP_ESTIMATORS!r}"
-            f" : {algorithm}.name in {list(GROUP_BASELINE_ALGORITHMS)!r})").replace('"', "'")
-# What each preset's estimator is (engine/algorithms/presets.py fills in its options).
+# What each preset's estimator is (engine/algorithms/presets.py fills in its options); dpo has none.
 PRESET_ADVANTAGE: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp"}
 
 _CRITIC_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.needs_critic)
 _GROUP_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.min_samples >= 2)
+# Presets whose estimator learns a critic, and those that compare several samples of one prompt.
+CRITIC_ALGORITHMS: tuple[str, ...] = tuple(p for p, a in PRESET_ADVANTAGE.items() if a in _CRITIC_ESTIMATORS)
+GROUP_BASELINE_ALGORITHMS: tuple[str, ...] = tuple(p for p, a in PRESET_ADVANTAGE.items() if a in _GROUP_ESTIMATORS)
+
+
+def _by_estimator_cel(algorithm: str, estimators: list[str], presets: tuple[str, ...]) -> str:
+    return (f"(has({algorithm}.advantage) ? {algorithm}.advantage.name in {estimators!r}"
+            f" : {algorithm}.name in {list(presets)!r})").replace('"', "'")
+
+
+def needs_critic_cel(algorithm: str) -> str:
+    """CEL over the spec: whether the estimator that runs learns a critic."""
+    return _by_estimator_cel(algorithm, _CRITIC_ESTIMATORS, CRITIC_ALGORITHMS)
+
+
+def group_baseline_cel(algorithm: str) -> str:
+    """CEL over the spec: whether the estimator that runs compares samples of one prompt."""
+    return _by_estimator_cel(algorithm, _GROUP_ESTIMATORS, GROUP_BASELINE_ALGORITHMS)
 
 
 def _option_problems(options: dict[str, Any], known: dict[str, Any], what: str) -> list[str]:

@@ -77,7 +77,7 @@ def check_supported(config: EngineConfig) -> None:
     for field, name, entries in (("advantage", choice.advantage, A.ADVANTAGES), ("policyLoss", choice.policy_loss, A.POLICY_LOSSES)):
         if name and name not in entries:
             raise ConfigError(f"algorithm.{field}.name: {name!r} is not registered (known: {', '.join(sorted(entries))})")
-    estimator = A.advantage_estimator(choice.advantage) if choice.advantage else None
+    estimator = A.estimator_of(algorithm)
     if estimator is not None and estimator.needs_critic and "critic" not in config.roles:
         raise ConfigError(f"roles.critic: the advantage estimator {estimator.name} learns a critic; add roles.critic")
     for role, topo in config.roles.items():
@@ -144,8 +144,8 @@ class RLRun:
         hf_state = read_hf_state_dict(folder)
         self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer)
         self.needs_ref = algorithm.needs_reference
-        choice = A.choice_of(algorithm)
-        self.needs_critic = bool(choice.advantage) and A.advantage_estimator(choice.advantage).needs_critic
+        estimator = A.estimator_of(algorithm)
+        self.needs_critic = estimator is not None and estimator.needs_critic
         self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype) \
             if self.needs_ref and "ref" not in self.remote_roles else None
         self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True) \
