@@ -98,7 +98,10 @@ class RewardModel:
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "right"
-        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(spec.dtype, torch.float32)
+        from .dtypes import TORCH_DTYPES
+
+        # auto is float32: the reward model scores on the CPU (nothing here places it on a GPU yet).
+        dtype = TORCH_DTYPES.get(spec.dtype, torch.float32)
         self.model = AutoModelForSequenceClassification.from_pretrained(folder, dtype=dtype).eval()
         if self.model.config.num_labels != 1:
             raise RewardError(f"reward.model: {folder} has {self.model.config.num_labels} output labels; a reward model has 1")

@@ -54,17 +54,26 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
     print("advantage estimators")
     for e in sorted(A.ADVANTAGES.values(), key=lambda e: e.name):
-        needs = ", ".join(n for n, on in (("critic", e.needs_critic), (f"samplesPerPrompt >= {e.min_samples}", e.min_samples > 1)) if on)
+        needs = ", ".join(n for n, on in (("critic", e.needs_critic), (f"samplesPerPrompt >= {e.min_samples}", e.min_samples > 1),
+                                          ("a greedy rollout per prompt", e.needs_greedy)) if on)
         print(f"  {e.name:<14} {e.summary}\n  {'':<14} options: {options(e)}; needs: {needs or '-'}")
     print("policy losses")
     for loss in sorted(A.POLICY_LOSSES.values(), key=lambda e: e.name):
         print(f"  {loss.name:<14} {loss.summary}\n  {'':<14} options: {options(loss)}")
-    print("presets (algorithm.name)")
-    from kuberl.engine.config.algorithm import AlgorithmSpec
+    from kuberl.engine.steps import STEPS
 
-    for name in ("ppo", "grpo", "rloo", "reinforce_pp", "dpo"):
+    print("step functions (algorithm.step)")
+    for step in sorted(STEPS.values(), key=lambda e: e.name):
+        print(f"  {step.name:<16} {step.summary}")
+    print("presets (algorithm.name)")
+    import typing
+
+    from kuberl.engine.config.algorithm import AlgorithmName, AlgorithmSpec
+
+    for name in typing.get_args(AlgorithmName):
         choice = A.choice_of(AlgorithmSpec(name=name))
-        print(f"  {name:<14} advantage {choice.advantage or '-'}, policy loss {choice.policy_loss or 'dpo (preference pairs)'}")
+        print(f"  {name:<14} advantage {choice.advantage or '-'}, policy loss {choice.policy_loss or 'dpo (preference pairs)'}, "
+              f"step {choice.step}")
     return 0
 
 

@@ -178,9 +178,9 @@ def test_group_estimators_through_the_registry_equal_their_functions():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(KeyError, match="known: gae, gpg, grpo, opo, reinforce_pp, rloo"):
+    with pytest.raises(KeyError, match="known: gae, gpg, grpo, grpo_passk, opo, reinforce_pp, remax, rloo"):
         A.advantage_estimator("gea")
-    with pytest.raises(KeyError, match="known: cispo, gpg, gspo, ppo_clip"):
+    with pytest.raises(KeyError, match="known: cispo, clip_cov, gmpo, gpg, gspo, kl_cov, ppo_clip, sapo"):
         A.policy_loss_entry("ppo")
 
 
@@ -189,7 +189,7 @@ def test_a_name_cannot_be_registered_twice():
         A.register_advantage("grpo", summary="again")(lambda inputs: None)
 
 
-@pytest.mark.parametrize("name", ["ppo", "grpo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("name", ["ppo", "grpo", "rloo", "reinforce_pp", "dapo", "gspo", "cispo", "dr_grpo"])
 def test_presets_agree_with_the_api_on_what_an_algorithm_needs(name):
     # The API (torch-free, for the operator) states needs_critic and the group-baseline algorithms;
     # the registry's traits must say the same.
@@ -207,9 +207,13 @@ def test_cli_lists_every_registered_entry(kuberl_cli):
     import subprocess
 
     out = subprocess.run([kuberl_cli, "algorithms"], capture_output=True, text=True, check=True).stdout
-    for name in [*A.ADVANTAGES, *A.POLICY_LOSSES]:
+    from kuberl.engine.steps import STEPS
+
+    for name in [*A.ADVANTAGES, *A.POLICY_LOSSES, *STEPS]:
         assert f"  {name} " in out
-    assert "whiten=True" in out and "needs: critic" in out
+    assert "whiten=True" in out and "needs: critic" in out and "needs: a greedy rollout per prompt" in out
+    for preset in ("dapo", "gspo", "cispo", "dr_grpo"):
+        assert f"  {preset} " in out
 
 
 # --- the modern set, on hand-computed values ---------------------------------------------------

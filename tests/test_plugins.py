@@ -80,3 +80,47 @@ def test_a_refused_plugin_leaves_nothing_registered(tmp_path: Path) -> None:
     with pytest.raises(PluginError):
         load_plugins([path])
     assert "nan_adv" not in A.ADVANTAGES
+
+
+def test_a_plugin_step_is_registered_and_one_with_the_wrong_signature_refused(tmp_path: Path) -> None:
+    from kuberl.engine.steps import STEPS
+
+    good = tmp_path / "my_step.py"
+    good.write_text("from kuberl.engine.steps import register_step\n"
+                    "@register_step('twice_sampled', summary='x')\n"
+                    "def twice_sampled(ctx):\n    ctx.record.add(custom=1.0)\n")
+    assert load_plugins([good]) == ["twice_sampled"] and STEPS["twice_sampled"].on_policy
+    bad = tmp_path / "bad_step.py"
+    bad.write_text("from kuberl.engine.steps import register_step\n"
+                   "@register_step('two_args', summary='x')\n"
+                   "def two_args(ctx, extra):\n    pass\n")
+    with pytest.raises(PluginError, match=f"{bad}: function two_args must take one argument, the StepContext"):
+        load_plugins([bad])
+    assert "two_args" not in STEPS
+
+
+def _engine_config(tmp_path: Path, algorithm: dict, samples: int = 4):
+    import yaml
+
+    from kuberl.operator.local_run import load_one
+    from kuberl.operator.planner import engine_config
+
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "j"}, "spec": {
+        "model": {"path": str(tmp_path)}, "data": {"train": {"generator": {"name": "arithmetic", "count": 8}}},
+        "algorithm": algorithm, "rollout": {"samplesPerPrompt": samples}, "reward": {"rules": [{"name": "math_answer"}]},
+        "roles": {"actor": {"replicas": 1}}, "trainer": {"totalSteps": 1, "promptsPerStep": 2}}}))
+    return engine_config(load_one(job))
+
+
+@pytest.mark.parametrize("algorithm,samples,message", [
+    ({"name": "grpo", "step": {"name": "no_such_step"}, "plugins": [{"path": str(EXAMPLE)}]}, 4,
+     "algorithm.step.name: 'no_such_step' is not registered (known: dpo, dynamic_sampling, on_policy"),
+    ({"name": "reinforce_pp", "reinforcePp": {"baseline": False}, "step": {"name": "dynamic_sampling"}}, 1, "dynamic sampling keeps groups whose samples' rewards differ"),
+])
+def test_the_engine_refuses_a_step_it_cannot_run(tmp_path: Path, algorithm: dict, samples: int, message: str) -> None:
+    from kuberl.engine.runtime.checks import ConfigError, check_supported
+
+    config = _engine_config(tmp_path, algorithm, samples)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_supported(config)

@@ -120,3 +120,35 @@ def gpg(inputs: AdvantageInputs) -> Advantages:
     valid = int((std > 0).sum())
     scale = len(inputs.scores) / max(valid, 1)
     return Advantages(broadcast_to_tokens((inputs.scores - mean) * scale, inputs.mask))
+
+
+def returns_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] undiscounted sum of the token rewards from each token to the response's end."""
+    return torch.flip(torch.cumsum(torch.flip(token_rewards * mask, [-1]), -1), [-1]) * mask
+
+
+@register_advantage("remax", needs_greedy=True, summary="return minus the reward of a greedy response to the same prompt (ReMax)")
+def remax(inputs: AdvantageInputs) -> Advantages:
+    """ReMax (Li et al., 2023): REINFORCE whose baseline is the reward of the greedy response to the
+    prompt, one extra deterministic rollout per prompt instead of a critic or a group."""
+    assert inputs.greedy_scores is not None, "remax needs the greedy responses' scores"
+    returns = returns_to_go(token_rewards(inputs, inputs.scores), inputs.mask)
+    return Advantages(returns - broadcast_to_tokens(inputs.greedy_scores, inputs.mask))
+
+
+@register_advantage("grpo_passk", min_samples=2, summary="only the best sample of a group learns, by its margin over the second best (pass@k)")
+def grpo_passk(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advantages:
+    """GRPO for pass@k (Thrampoulidis et al., 2025): a group is worth its best sample, so only that
+    sample gets an advantage, its score minus the group's second best (over the group's std when
+    asked); every other sample gets 0. Ties for best go to the first."""
+    advantages = torch.zeros_like(inputs.scores)
+    _, std, _ = _group_stats(inputs.scores, inputs.group)
+    for g in inputs.group.unique():
+        members = torch.nonzero(inputs.group == g).flatten()
+        if len(members) < 2:
+            continue
+        top = torch.topk(inputs.scores[members], 2)
+        best = members[top.indices[0]]
+        margin = top.values[0] - top.values[1]
+        advantages[best] = margin / (std[best] + 1e-6) if normalize_by_std else margin
+    return Advantages(broadcast_to_tokens(advantages, inputs.mask))

@@ -14,6 +14,7 @@ import sys
 
 from pydantic.alias_generators import to_camel
 
+from ..steps import STEPS
 from . import ADVANTAGES, POLICY_LOSSES
 
 HEADER = '''"""The registered advantage estimators and policy losses: names, traits and options, without torch.
@@ -35,6 +36,7 @@ class CatalogEntry:
     options: dict[str, Any]
     needs_critic: bool = False
     min_samples: int = 1
+    needs_greedy: bool = False
 
 '''
 
@@ -45,18 +47,22 @@ def _options(entry: object) -> dict[str, object]:
 
 def _built_in(entries: dict) -> list[str]:
     """Names registered by kuberl itself, not by a plug-in loaded into this process."""
-    return sorted(name for name, e in entries.items() if e.fn.__module__.startswith(__package__ + "."))
+    return sorted(name for name, e in entries.items() if e.fn.__module__.startswith(("kuberl.engine.algorithms.", "kuberl.engine.steps.")))
 
 
 def generate() -> str:
     lines = [HEADER, "ADVANTAGES: dict[str, CatalogEntry] = {"]
     for name in _built_in(ADVANTAGES):
         e = ADVANTAGES[name]
-        lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}, needs_critic={e.needs_critic!r}, min_samples={e.min_samples!r}),")
+        lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}, needs_critic={e.needs_critic!r}, "
+                     f"min_samples={e.min_samples!r}, needs_greedy={e.needs_greedy!r}),")
     lines += ["}", "", "POLICY_LOSSES: dict[str, CatalogEntry] = {"]
     for name in _built_in(POLICY_LOSSES):
         e = POLICY_LOSSES[name]
         lines.append(f"    {name!r}: CatalogEntry({e.summary!r}, {_options(e)!r}),")
+    lines += ["}", "", "STEPS: dict[str, CatalogEntry] = {"]
+    for name in _built_in(STEPS):
+        lines.append(f"    {name!r}: CatalogEntry({STEPS[name].summary!r}, {{}}),")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

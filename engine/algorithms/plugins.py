@@ -1,7 +1,7 @@
-"""Loading a user's algorithm plug-ins: Python files that register estimators and losses.
+"""Loading a user's algorithm plug-ins: Python files that register estimators, losses and steps.
 
 A plug-in file uses the same decorators as the built-ins (`register_advantage`,
-`register_policy_loss`). Each entry it adds is tried at once on a small made-up batch, so that a
+`register_policy_loss`, `kuberl.engine.steps.register_step`). Each entry it adds is tried at once on a small made-up batch, so that a
 function with the wrong signature, or one that returns NaN or the wrong shape, is refused with the
 file and the function named before any model loads, not at the first step an hour later.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ..steps.registry import STEPS
 from ..user_code import import_user_file
 from .registry import ADVANTAGES, POLICY_LOSSES, AdvantageInputs, Advantages
 
@@ -32,21 +33,24 @@ def load_plugins(paths: list[Path]) -> list[str]:
     for path in paths:
         if path.resolve() in _LOADED:
             continue
-        before_adv, before_loss = set(ADVANTAGES), set(POLICY_LOSSES)
+        registries = (ADVANTAGES, POLICY_LOSSES, STEPS)
+        before = [set(r) for r in registries]
         try:
             import_user_file(path, "algorithm.plugins", PluginError, kind="algorithms")
-            for name in sorted(set(ADVANTAGES) - before_adv):
+            for name in sorted(set(ADVANTAGES) - before[0]):
                 _check_advantage(path, name)
-            for name in sorted(set(POLICY_LOSSES) - before_loss):
+            for name in sorted(set(POLICY_LOSSES) - before[1]):
                 _check_policy_loss(path, name)
+            for name in sorted(set(STEPS) - before[2]):
+                _check_step(path, name)
         except PluginError:
             # A refused file leaves nothing registered.
-            for name in set(ADVANTAGES) - before_adv:
-                del ADVANTAGES[name]
-            for name in set(POLICY_LOSSES) - before_loss:
-                del POLICY_LOSSES[name]
+            for registry, names in zip(registries, before):
+                for name in set(registry) - names:
+                    del registry[name]
             raise
-        added += sorted(set(ADVANTAGES) - before_adv) + sorted(set(POLICY_LOSSES) - before_loss)
+        for registry, names in zip(registries, before):
+            added += sorted(set(registry) - names)
         _LOADED.add(path.resolve())
     return added
 
@@ -55,7 +59,7 @@ def _probe() -> AdvantageInputs:
     """Four responses of three tokens to two prompts, the second response one token shorter."""
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
     return AdvantageInputs(scores=torch.tensor([1.0, 0.0, 0.5, 0.25]), group=torch.tensor([0, 0, 1, 1]),
-                           mask=mask, values=torch.zeros(4, 3))
+                           mask=mask, values=torch.zeros(4, 3), greedy_scores=torch.tensor([0.5, 0.5, 0.25, 0.25]))
 
 
 def _where(path: Path, fn: object) -> str:
@@ -105,3 +109,12 @@ def _check_policy_loss(path: Path, name: str) -> None:
         raise PluginError(f"algorithm.plugins: {_where(path, fn)} must return a finite scalar loss, got shape {tuple(loss.shape)}")
     if not loss.requires_grad:
         raise PluginError(f"algorithm.plugins: {_where(path, fn)} returned a loss without a gradient to the log-probs")
+
+
+def _check_step(path: Path, name: str) -> None:
+    """A step runs only inside a job (it drives models and vLLM): its signature is what can be checked here."""
+    fn = STEPS[name].fn
+    params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
+    if len(params) != 1:
+        raise PluginError(f"algorithm.plugins: {_where(path, fn)} must take one argument, the StepContext; "
+                          f"it takes {len(params)} without defaults")

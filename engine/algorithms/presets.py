@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_snake
 
-from ..config.algorithm import PRESET_ADVANTAGE, AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from ..config.algorithm import PRESET_ADVANTAGE, PRESET_STEP, AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
 from .registry import AdvantageEstimator, advantage_estimator
 
 
@@ -22,6 +22,8 @@ class AlgorithmChoice:
     policy_loss: str = "ppo_clip"
     """A name in POLICY_LOSSES; empty for dpo."""
     policy_loss_options: dict[str, Any] = field(default_factory=dict)
+    step: str = "on_policy"
+    """A name in engine.steps' registry: the function that runs one step."""
 
 
 def choice_of(spec: AlgorithmSpec) -> AlgorithmChoice:
@@ -31,6 +33,8 @@ def choice_of(spec: AlgorithmSpec) -> AlgorithmChoice:
         choice = replace(choice, advantage=spec.advantage.name, advantage_options=_kwargs(spec.advantage.options))
     if spec.policy_loss is not None:
         choice = replace(choice, policy_loss=spec.policy_loss.name, policy_loss_options=_kwargs(spec.policy_loss.options))
+    if spec.step is not None:
+        choice = replace(choice, step=spec.step.name)
     return choice
 
 
@@ -45,12 +49,18 @@ def _kwargs(options: dict[str, Any]) -> dict[str, Any]:
     return {to_snake(k): v for k, v in options.items()}
 
 
+# DAPO's clip-higher bound when clipRatioHigh is not set (the paper's 0.28 over a clipRatio of 0.2).
+DAPO_CLIP_HIGH = 0.28
+
+
 def _preset(spec: AlgorithmSpec) -> AlgorithmChoice:
-    """The registry entries and options behind a spec's preset (ppo, grpo, rloo, reinforce_pp, dpo)."""
+    """The registry entries and options behind a spec's preset."""
+    step = PRESET_STEP.get(spec.name, "on_policy")
     if spec.name not in PRESET_ADVANTAGE:
         # dpo trains on preference pairs with its own loss (algorithms.preference), not these registries.
-        return AlgorithmChoice("", {}, "", {})
+        return AlgorithmChoice("", {}, "", {}, step)
     options: dict[str, Any] = {}
+    loss, loss_options = "ppo_clip", {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high, "aggregation": spec.loss_aggregation}
     if spec.name == "ppo":
         gae = (spec.ppo or PPOSpec()).gae
         options = {"gamma": gae.gamma, "lam": gae.lam, "whiten": gae.whiten}
@@ -58,5 +68,13 @@ def _preset(spec: AlgorithmSpec) -> AlgorithmChoice:
         options = {"normalize_by_std": (spec.grpo or GRPOSpec()).normalize_by_std}
     elif spec.name == "reinforce_pp":
         options = {"baseline": (spec.reinforce_pp or ReinforcePPSpec()).baseline}
-    loss_options = {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high, "aggregation": spec.loss_aggregation}
-    return AlgorithmChoice(PRESET_ADVANTAGE[spec.name], options, "ppo_clip", loss_options)
+    elif spec.name == "dapo":
+        loss_options = {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high or DAPO_CLIP_HIGH, "aggregation": "token_mean"}
+    elif spec.name == "dr_grpo":
+        options = {"normalize_by_std": False}
+        loss_options["aggregation"] = "seq_mean_token_sum_norm"
+    elif spec.name in ("gspo", "cispo"):
+        # Their own clip ranges differ from PPO's by orders of magnitude (GSPO's 3e-4 on a sequence
+        # ratio, CISPO's bound on a detached weight): the registered defaults, not clipRatio.
+        loss, loss_options = spec.name, {}
+    return AlgorithmChoice(PRESET_ADVANTAGE[spec.name], options, loss, loss_options, step)

@@ -28,6 +28,8 @@ class AdvantageInputs:
     """The critic's values of the response tokens (estimators that need a critic)."""
     kl_penalty: torch.Tensor | None = None
     """klCoef * KL per token when the KL is in the reward (klInReward); subtracted from token rewards."""
+    greedy_scores: torch.Tensor | None = None
+    """[B] the reward of a greedy response to each response's prompt (estimators with needs_greedy)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class AdvantageEstimator:
     needs_critic: bool = False
     min_samples: int = 1
     """Samples per prompt it needs (2 for a group baseline)."""
+    needs_greedy: bool = False
+    """It compares with a greedy response to each prompt, which the step then generates and scores (ReMax)."""
 
     @property
     def options(self) -> dict[str, Any]:
@@ -73,11 +77,12 @@ def _options(fn: Callable[..., Any], skip: int) -> dict[str, Any]:
     return {p.name: p.default for p in params}
 
 
-def register_advantage(name: str, *, summary: str, needs_critic: bool = False, min_samples: int = 1) -> Callable:
+def register_advantage(name: str, *, summary: str, needs_critic: bool = False, min_samples: int = 1,
+                       needs_greedy: bool = False) -> Callable:
     def register(fn: Callable[..., Advantages]) -> Callable[..., Advantages]:
         if name in ADVANTAGES:
             raise ValueError(f"advantage estimator {name!r} is registered twice")
-        ADVANTAGES[name] = AdvantageEstimator(name, fn, summary, needs_critic, min_samples)
+        ADVANTAGES[name] = AdvantageEstimator(name, fn, summary, needs_critic, min_samples, needs_greedy)
         return fn
 
     return register

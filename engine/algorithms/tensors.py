@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"]
+Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
 KLEstimator = Literal["k1", "k2", "k3"]
 
 
@@ -37,7 +37,9 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> torc
 
     token_mean: every token weighs the same (long responses weigh more); seq_mean_token_sum: sum
     over a response's tokens, mean over responses (Dr. GRPO); seq_mean_token_mean: every response
-    weighs the same (the original GRPO).
+    weighs the same (the original GRPO); seq_mean_token_sum_norm: sum over all tokens divided by the
+    number of responses times the batch's width T (Dr. GRPO's constant normaliser: the engine pads
+    the width to the rollout's maxNewTokens, so the divisor does not depend on the responses' lengths).
     """
     if mode == "token_mean":
         return masked_mean(loss, mask)
@@ -45,6 +47,8 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> torc
         return masked_sum(loss, mask, dim=-1).mean()
     if mode == "seq_mean_token_mean":
         return masked_mean(loss, mask, dim=-1).mean()
+    if mode == "seq_mean_token_sum_norm":
+        return masked_sum(loss, mask) / (mask.shape[0] * mask.shape[1])
     raise ValueError(f"unknown loss aggregation {mode!r}")
 
 

@@ -13,9 +13,12 @@ from pydantic import Field
 from . import algorithm_catalog as catalog
 from .base import LocalPath, Rule, SpecModel
 
-AlgorithmName = Literal["ppo", "grpo", "rloo", "reinforce_pp", "dpo"]
+AlgorithmName = Literal["ppo", "grpo", "rloo", "reinforce_pp", "dpo", "dapo", "gspo", "cispo", "dr_grpo"]
 # What each preset's estimator is (engine/algorithms/presets.py fills in its options); dpo has none.
-PRESET_ADVANTAGE: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp"}
+PRESET_ADVANTAGE: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp",
+                                    "dapo": "grpo", "gspo": "grpo", "cispo": "grpo", "dr_grpo": "grpo"}
+# The step function each preset runs (engine/steps/); any other preset runs "on_policy".
+PRESET_STEP: dict[str, str] = {"dpo": "dpo", "dapo": "dynamic_sampling"}
 
 _CRITIC_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.needs_critic)
 _GROUP_ESTIMATORS = sorted(n for n, e in catalog.ADVANTAGES.items() if e.min_samples >= 2)
@@ -155,6 +158,33 @@ class DPOSpec(SpecModel):
     """Assumed probability that a preference label is flipped (conservative DPO); below 0.5, which would make every pair uninformative."""
 
 
+class DAPOSpec(SpecModel):
+    """DAPO's dynamic sampling and overlong reward shaping (the clip-higher bound is clipRatioHigh)."""
+
+    max_draws: int = Field(default=3, ge=1, le=32)
+    """Batches of prompts drawn at most per step to fill it with groups whose rewards differ; a step
+    that is still short trains on the groups it has (at most 32: each draw is a whole rollout)."""
+    overlong_buffer: int | None = Field(default=None, ge=0, le=1_000_000)
+    """The last tokens before rollout.maxNewTokens over which the length penalty grows from 0 to
+    overlongPenalty (default: a fifth of maxNewTokens, as DAPO's 4096 of 20480; 0 turns it off)."""
+    overlong_penalty: float = Field(default=1.0, ge=0.0, le=100.0)
+    """The penalty of a response cut at maxNewTokens, 0..100 (at most the scale of a reward)."""
+
+
+class TISSpec(SpecModel):
+    """Truncated importance sampling of the rollout engine's samples (Yao et al., 2025)."""
+
+    cap: float = Field(default=2.0, gt=1.0, le=100.0)
+    """Upper bound of the weight pi_train / pi_rollout of a sampled token; above 1 (a cap of 1 or less
+    would down-weight every token the trainer likes more than vLLM did)."""
+
+
+class StepChoice(SpecModel):
+    """A step function by its registered name: built-in (on_policy, dynamic_sampling, dpo) or a plug-in's."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=_ENTRY_NAME)
+
+
 def _block_rule(block: str, attr: str, algorithm: str) -> Rule:
     return Rule(
         message=f"{block} applies only to name: {algorithm}",
@@ -168,7 +198,10 @@ class AlgorithmSpec(SpecModel):
     """Which algorithm, and how it weighs its terms."""
 
     name: AlgorithmName
-    """ppo (needs a critic), grpo, rloo, reinforce_pp or dpo (preference pairs, no rollout)."""
+    """A preset: ppo (needs a critic), grpo, rloo, reinforce_pp, dpo (preference pairs, no rollout),
+    dapo (clip-higher, dynamic sampling, token-mean, overlong shaping), gspo, cispo (GRPO's
+    advantages with that loss and its own clip defaults) or dr_grpo (no std, a constant length
+    normaliser)."""
     clip_ratio: float = Field(default=0.2, gt=0.0, lt=1.0)
     """PPO-style clipping of the probability ratio: 1 - clipRatio .. 1 + clipRatio; strictly between 0
     (no update could move the policy) and 1 (the lower bound would be a ratio of 0)."""
@@ -185,7 +218,7 @@ class AlgorithmSpec(SpecModel):
     entropy_coef: float = Field(default=0.0, ge=0.0, le=10.0)
     """Weight of the entropy bonus, 0..10 (a negative weight would punish exploration; past 10 the
     bonus drowns the reward)."""
-    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
+    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
     """How per-token losses become one number."""
     update_epochs: int = Field(default=1, ge=1, le=100)
     """Passes over each step's rollouts."""
@@ -195,7 +228,16 @@ class AlgorithmSpec(SpecModel):
     """Replaces the preset's loss, PPO's clipped surrogate (clipRatio, clipRatioHigh and lossAggregation
     then apply to the KL and entropy terms only; the loss takes its own options)."""
     plugins: list[PluginFile] = Field(default=[], max_length=8)
-    """Python files loaded at start that register more estimators and losses (examples/plugins/)."""
+    """Python files loaded at start that register more estimators, losses and steps (examples/plugins/)."""
+    step: StepChoice | None = None
+    """Replaces the preset's step function (on_policy; dynamic_sampling for dapo; dpo for dpo)."""
+    old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
+    """The old policy's log-probs in the ratio: rollout (vLLM's, free) or recompute (one forward of
+    the actor before the update, exact where vLLM and the trainer differ in bf16/fp16). auto:
+    recompute when model.dtype is bfloat16 or float16 (auto on a GPU), rollout in float32."""
+    tis: TISSpec | None = None
+    """Weigh each sampled token by min(pi_train / pi_rollout, cap): needs the recomputed log-probs."""
+    dapo: DAPOSpec | None = None
     ppo: PPOSpec | None = None
     grpo: GRPOSpec | None = None
     reinforce_pp: ReinforcePPSpec | None = None
@@ -204,10 +246,30 @@ class AlgorithmSpec(SpecModel):
     RULES = (
         _known_rule("advantage", "advantage", catalog.ADVANTAGES, "advantage estimator"),
         _known_rule("policyLoss", "policy_loss", catalog.POLICY_LOSSES, "policy loss"),
+        _known_rule("step", "step", catalog.STEPS, "step function"),
+        Rule(
+            message="the dpo step trains on preference pairs: choose it with name: dpo",
+            check=lambda s: s.step is None or s.step.name != "dpo",
+            cel="!has(self.step) || self.step.name != 'dpo'",
+            field="step.name",
+        ),
         _block_rule("ppo", "ppo", "ppo"),
         _block_rule("grpo", "grpo", "grpo"),
         _block_rule("reinforcePp", "reinforce_pp", "reinforce_pp"),
         _block_rule("dpo", "dpo", "dpo"),
+        _block_rule("dapo", "dapo", "dapo"),
+        Rule(
+            message="tis needs oldLogprobs: recompute (its weight is the trainer's over vLLM's probability of each sampled token)",
+            check=lambda s: s.tis is None or s.old_logprobs == "recompute",
+            cel="!has(self.tis) || self.oldLogprobs == 'recompute'",
+            field="tis",
+        ),
+        Rule(
+            message="dpo has no rollout: oldLogprobs, tis and step do not apply",
+            check=lambda s: s.name != "dpo" or (s.old_logprobs == "auto" and s.tis is None and s.step is None),
+            cel="self.name != 'dpo' || (self.oldLogprobs == 'auto' && !has(self.tis) && !has(self.step))",
+            field="name",
+        ),
         Rule(
             message="clipRatioHigh must be at least clipRatio",
             check=lambda s: s.clip_ratio_high is None or s.clip_ratio_high >= s.clip_ratio,

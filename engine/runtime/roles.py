@@ -109,7 +109,7 @@ class RoleWorker:
             from ..models.loading import read_hf_config, read_hf_state_dict
             from .policy import MegatronLM
             from .resolve import model_folder
-            from .rl import torch_dtype
+            from ..dtypes import torch_dtype
 
             folder = model_folder(config.model, base_dir)
             arch = LlamaArch.from_hf_config(read_hf_config(folder))

@@ -24,6 +24,9 @@ class SeqBatch:
     mask: torch.Tensor
     """[B, R] 1.0 on response tokens."""
     old_logprobs: torch.Tensor | None = None
+    """The old policy's: vLLM's (rollout_logprobs) or recomputed by the trainer (algorithm.oldLogprobs)."""
+    rollout_logprobs: torch.Tensor | None = None
+    """vLLM's log-probs of the sampled tokens."""
     ref_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None

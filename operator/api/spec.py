@@ -139,7 +139,7 @@ class RLJobSpec(SpecModel):
             field="roles.critic",
         ),
         Rule(
-            message="grpo and rloo compare samples of one prompt: rollout.samplesPerPrompt must be at least 2",
+            message="the advantage estimator compares samples of one prompt (a group baseline): rollout.samplesPerPrompt must be at least 2",
             check=lambda s: s.algorithm.min_samples < 2 or s.rollout_or_default().samples_per_prompt >= 2,
             cel=f"!{group_baseline_cel('self.algorithm')} || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
             field="rollout.samplesPerPrompt",

@@ -1,0 +1,51 @@
+"""Direct preference optimisation's step: preference pairs against the reference, no rollout."""
+
+from __future__ import annotations
+
+import torch
+
+from .. import algorithms as A
+from ..config.algorithm import DPOSpec
+from ..runtime.policy import response_logprobs_from_logits
+from ..runtime.roles import mean_of, mean_over
+from ..runtime.sequences import SeqBatch, micro_batches, pack, shard_rows
+from .context import StepContext
+from .registry import register_step
+
+
+@register_step("dpo", on_policy=False, summary="DPO on the data's chosen/rejected pairs against the reference policy")
+def dpo(ctx: StepContext) -> None:
+    run, trainer = ctx.run, ctx.config.trainer
+    spec = ctx.config.algorithm.dpo or DPOSpec()
+    examples = ctx.next_prompts()
+    eos = run.tokenizer.eos_token_id
+    prompts, responses = [], []
+    for e in examples:  # rows alternate: chosen, rejected of the same pair
+        p = run.encoder.encode(e)
+        for text in (e.chosen, e.rejected):
+            prompts.append(p)
+            responses.append(run.tokenizer.encode(text, add_special_tokens=False) + ([eos] if eos is not None else []))
+    batch = pack(prompts, responses, run.pad_id)
+    run.roles.ask("ref", "logprobs", batch)
+    with ctx.timer("reference"):
+        batch.ref_logprobs = run.roles.rows("ref", run.ref, batch)
+    # For dpo the batch sizes count pairs: a micro-batch of k pairs holds 2k rows.
+    pairs = len(examples)
+    size = trainer.mini_batch_size or pairs
+
+    def loss_fn(logits: torch.Tensor, mb: SeqBatch):
+        seq = response_logprobs_from_logits(logits, mb).sum(-1)
+        ref_seq = (mb.ref_logprobs * mb.mask).sum(-1)
+        loss, st = A.dpo_loss(seq[0::2], seq[1::2], ref_seq[0::2], ref_seq[1::2], spec.beta, spec.label_smoothing)
+        return loss, {"dpo_loss": loss.detach(), **st}
+
+    updates = []
+    with ctx.timer("train"):
+        for start in range(0, pairs, size):
+            mini = range(start, min(start + size, pairs))
+            mine = shard_rows(len(mini), run.dp_rank, run.dp_size)
+            rows = [r for p in mine for r in (2 * mini[p], 2 * mini[p] + 1)]
+            lr = ctx.learning_rate()
+            updates.append(run.actor.train_step(micro_batches(batch.select(rows), 2 * trainer.micro_batch_size), loss_fn, lr))
+            run.updates += 1
+    ctx.record.add({"lr": lr, **mean_over(mean_of(updates))})

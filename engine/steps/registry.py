@@ -1,0 +1,45 @@
+"""The registry of step functions: what one training step of a job does, by name.
+
+A step function takes a `StepContext` (context.py) and drives it: draw prompts, generate, score,
+ask the reference and the critic, compute advantages, update. The built-ins are on_policy (every
+on-policy preset), dynamic_sampling (DAPO) and dpo; a plug-in file registers its own with
+`@register_step(name, summary=...)` and a job names it in algorithm.step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .context import StepContext
+
+StepFn = Callable[["StepContext"], None]
+
+
+@dataclass(frozen=True)
+class StepEntry:
+    name: str
+    fn: StepFn
+    summary: str
+    on_policy: bool = True
+    """It generates with vLLM and scores with the job's reward (dpo trains on given pairs)."""
+
+
+STEPS: dict[str, StepEntry] = {}
+
+
+def register_step(name: str, *, summary: str, on_policy: bool = True) -> Callable[[StepFn], StepFn]:
+    def register(fn: StepFn) -> StepFn:
+        if name in STEPS:
+            raise ValueError(f"step function {name!r} is registered twice")
+        STEPS[name] = StepEntry(name, fn, summary, on_policy)
+        return fn
+
+    return register
+
+
+def step_entry(name: str) -> StepEntry:
+    if name not in STEPS:
+        raise KeyError(f"unknown step function {name!r}; known: {', '.join(sorted(STEPS))}")
+    return STEPS[name]

@@ -1,0 +1,54 @@
+"""One rank of a job that runs one real step of each algorithm given, in one process: the models
+and vLLM load once, then `RLRun.use_algorithm` switches what the next step runs. Started like
+`kuberl run` starts its ranks (RANK, WORLD_SIZE, MASTER_ADDR/PORT, KUBERL_CONFIG); rank 0 writes
+one JSON record per step to --out, with the algorithm it ran and whether the actor's weights moved."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algorithms", required=True, help="a JSON list of algorithm specs (manifest names)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+    from kuberl.engine.config.topology import EngineConfig
+    from kuberl.engine.runtime.checks import check_supported
+    from kuberl.engine.runtime.rl import RLRun, Timer
+    from kuberl.engine.runtime.role_worlds import join
+    from kuberl.engine.runtime.world import RankEnv, init_model_parallel
+
+    torch.set_num_threads(int(os.environ.get("KUBERL_THREADS", "1")))
+    env = RankEnv.from_environ()
+    config = EngineConfig.model_validate_json(Path(os.environ["KUBERL_CONFIG"]).read_text())
+    specs = [AlgorithmSpec.model_validate(raw, by_name=False, by_alias=True) for raw in json.loads(args.algorithms)]
+    for spec in specs:  # what a job with this algorithm would be refused for, before it runs
+        check_supported(config.model_copy(update={"algorithm": spec}))
+    world = join(env, config)
+    init_model_parallel(world.block.tp, world.block.pp, config.trainer.seed)
+    run = RLRun(config, world, Path(os.environ["KUBERL_RUN_DIR"]))
+    out = []
+    for spec in specs:
+        run.use_algorithm(spec)
+        before = {k: v.clone() for k, v in run.actor.megatron_state().items()}
+        record = run.run_step(Timer())
+        run.step += 1
+        moved = any(not torch.equal(before[k], v) for k, v in run.actor.megatron_state().items())
+        out.append({"algorithm": spec.to_manifest(), "moved": moved, **record})
+    if env.rank == 0:
+        Path(args.out).write_text("\n".join(json.dumps(r) for r in out))
+    run.close()
+
+
+if __name__ == "__main__":
+    main()
