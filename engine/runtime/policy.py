@@ -19,7 +19,7 @@ from ..config.trainer import OptimizerSpec
 from ..models.arch import LlamaArch
 from ..models.convert import hf_to_megatron
 from ..training.megatron_model import build_gpt_model, causal_mask
-from .sequences import SeqBatch, micro_batches, pad_rows, response_positions, response_tokens, shard_rows
+from .sequences import MiniBatch, SeqBatch, micro_batches, pad_rows, response_positions, response_tokens, shard_rows
 
 # loss(output of the last stage at the response positions: logits [b, R, v/tp] or values [b, R], micro-batch) -> (loss, stats)
 LossFn = Callable[[torch.Tensor, SeqBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -235,14 +235,14 @@ class MegatronLM:
         dist.all_gather_object(gathered, local, group=ps.get_data_parallel_group())
         return torch.cat(gathered)
 
-    def train_plan(self, batch: SeqBatch, plan: list[tuple[int, int, float]], loss_fn: LossFn,
+    def train_plan(self, batch: SeqBatch, plan: list[MiniBatch], loss_fn: LossFn,
                    micro_batch_size: int) -> list[dict[str, float]]:
-        """One update per (start, end, lr) mini-batch of `batch`, each split over DP."""
+        """One update per mini-batch of `batch`, each split over DP."""
         stats = []
-        for start, end, lr in plan:
-            mini = batch.select(slice(start, end))
+        for update in plan:
+            mini = batch.select(slice(update.start, update.end))
             mine = mini.select(shard_rows(len(mini), self.place.dp_rank, self.place.dp_size))
-            stats.append(self.train_step(micro_batches(mine, micro_batch_size), loss_fn, lr))
+            stats.append(self.train_step(micro_batches(mine, micro_batch_size), loss_fn, update.lr))
         return stats
 
     # -- device memory around rollout ------------------------------------------------------------

@@ -8,7 +8,7 @@ quantities of the response (log-probs, advantages, values) live in response-alig
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -93,3 +93,20 @@ def shard_rows(n: int, rank: int, world: int) -> range:
     base, extra = divmod(n, world)
     start = rank * base + min(rank, extra)
     return range(start, start + base + (1 if rank < extra else 0))
+
+
+@dataclass(frozen=True)
+class MiniBatch:
+    """One optimizer update: rows [start, end) of a step's batch, at learning rate `lr`."""
+
+    start: int
+    end: int
+    lr: float
+
+
+def update_plan(rows: int, mini_batch_size: int | None, epochs: int, lr_of_update: Callable[[int], float]) -> list[MiniBatch]:
+    """Every update of one step, in order: `epochs` passes over `rows` in mini-batches (the whole
+    batch when no size is set); `lr_of_update(i)` is the rate of the step's i-th update."""
+    size = mini_batch_size or rows
+    starts = [start for _ in range(epochs) for start in range(0, rows, size)]
+    return [MiniBatch(start, min(start + size, rows), lr_of_update(i)) for i, start in enumerate(starts)]

@@ -31,7 +31,7 @@ from ..runtime.losses import MISMATCH_KEYS, mismatch_stats
 from ..runtime.overlap import Background
 from ..runtime.policy import learning_rate
 from ..runtime.roles import mean_of, mean_over
-from ..runtime.sequences import SeqBatch, pack
+from ..runtime.sequences import SeqBatch, pack, update_plan
 from .records import Rollout, Scores, StepRecord
 
 if TYPE_CHECKING:
@@ -164,11 +164,9 @@ class StepContext:
         """Mini-batch updates of the actor (and critic) over the batch's rows, split over DP."""
         run, trainer, algorithm = self.run, self.config.trainer, self.config.algorithm
         self.to_training()
-        size = trainer.mini_batch_size or len(batch)
-        plan = []  # (start, end, lr) of every update, in order
-        for _ in range(algorithm.update_epochs):
-            for start in range(0, len(batch), size):
-                plan.append((start, min(start + size, len(batch)), learning_rate(trainer.optimizer, run.updates + len(plan), run.total_updates())))
+        first, total = run.updates, run.total_updates()
+        plan = update_plan(len(batch), trainer.mini_batch_size, algorithm.update_epochs,
+                           lambda i: learning_rate(trainer.optimizer, first + i, total))
         run.updates += len(plan)
         with self.timer("train"):
             if run.needs_critic:
