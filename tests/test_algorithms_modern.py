@@ -156,3 +156,12 @@ def test_rollout_records_select_and_concatenate_groups():
     assert both.group.tolist() == [0, 0, 1, 1, 2, 2] and both.prompts == [[1], [3], [2]]
     merged = Scores(torch.tensor([1.0, 0.0]), {"math": 0.5}) + Scores(torch.tensor([1.0, 1.0, 1.0, 1.0]), {"math": 1.0})
     assert merged.values.tolist() == [1.0, 0.0, 1.0, 1.0, 1.0, 1.0] and merged.parts["math"] == pytest.approx(5 / 6)
+
+
+def test_update_plan_lists_every_update_of_a_step_in_order():
+    from kuberl.engine.runtime.sequences import MiniBatch, update_plan
+
+    plan = update_plan(rows=10, mini_batch_size=4, epochs=2, lr_of_update=lambda i: 0.1 * (i + 1))
+    assert [(u.start, u.end) for u in plan] == [(0, 4), (4, 8), (8, 10)] * 2
+    assert [u.lr for u in plan] == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert update_plan(rows=3, mini_batch_size=None, epochs=1, lr_of_update=lambda i: 1.0) == [MiniBatch(0, 3, 1.0)]

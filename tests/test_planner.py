@@ -62,6 +62,20 @@ def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
     assert critic_env["KUBERL_ROLE_RANK_OFFSET"] == "16"
 
 
+def test_tracking_credentials_reach_only_the_actor_pods_and_only_by_reference() -> None:
+    job = example("ppo-cluster.yaml")
+    desired = plan(job, uid="u", attempt=0)
+    actor_env = {e["name"]: e for e in desired.jobs["actor"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert actor_env["WANDB_API_KEY"] == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
+    assert actor_env["MLFLOW_TRACKING_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "mlflow-token", "key": "token"}}
+    critic_env = {e["name"] for e in desired.jobs["critic"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not critic_env & {"WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN"}  # the controller rank is the actor's
+    # The engine config (the pods' ConfigMap) names the trackers and the Secrets, nothing more.
+    tracking = engine_config(job).to_manifest()["tracking"]
+    assert [t["backend"] for t in tracking] == ["tensorboard", "mlflow", "wandb"]
+    assert tracking[2]["apiKeySecretRef"] == {"name": "wandb", "key": "api-key"}
+
+
 def test_trainer_may_only_write_its_progress_configmap() -> None:
     desired = plan(example("grpo-smollm2-arith.yaml"), uid="u", attempt=0)
     role = next(o for o in desired.support if o["kind"] == "Role")

@@ -17,6 +17,7 @@ from .layout import ParallelLayout
 from .model import ModelSpec, TokenizerSpec
 from .reward import RewardSpec
 from .rollout import RolloutSpec
+from .tracking import TrackingSpec
 from .trainer import TrainerSpec
 
 EngineRoleName = Literal["actor", "critic", "ref", "reward"]
@@ -55,6 +56,8 @@ class EngineConfig(SpecModel):
     reward: RewardSpec | None = None
     trainer: TrainerSpec
     roles: dict[EngineRoleName, RoleTopology]
+    tracking: list[TrackingSpec] = []
+    """monitoring.tracking of the RLJob: the experiment trackers the controller rank writes to."""
 
     def own_rank_roles(self) -> list[tuple[str, RoleTopology]]:
         """Roles with ranks of their own (the actor first), in the order of their ranks."""

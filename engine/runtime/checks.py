@@ -54,3 +54,9 @@ def check_supported(config: EngineConfig) -> None:
                           "it needs at least 2 samples per prompt")
     if config.algorithm.name != "dpo" and config.reward is None:
         raise ConfigError("reward: a reward source is required for on-policy algorithms")
+    from ..tracking import TrackingError, check_available
+
+    try:
+        check_available(config.tracking)
+    except TrackingError as exc:
+        raise ConfigError(str(exc)) from None

@@ -162,6 +162,13 @@ class RLRun:
         self.last_checkpoint: CheckpointStatus | None = None
         """The newest complete checkpoint (controller rank): what the progress report names."""
         self._resume()
+        self.trackers = None
+        if self.is_controller and config.tracking:
+            from ..tracking import Trackers, flat_params
+
+            # After the resume: a resumed job continues its runs, from the step after its checkpoint.
+            self.trackers = Trackers(config.tracking, job=config.job, run_dir=run_dir, ids_dir=self.checkpoints,
+                                     params=flat_params(config.to_manifest()), resumed_at=self.step)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -246,6 +253,8 @@ class RLRun:
             self.export(Path(trainer.export_path).expanduser())
         if self.is_controller and self.metrics is not None and self.metrics.jsonl and self.metrics.jsonl.exists():
             plot_rewards(read_jsonl(self.metrics.jsonl), self.run_dir / "reward_curve.png", f"{self.config.job} ({self.config.algorithm.name})")
+            if self.trackers is not None:
+                self.trackers.artifact(self.run_dir / "reward_curve.png")
         for link in self.links.values():
             link.send("stop", {"completed": True})
         return last
@@ -261,10 +270,14 @@ class RLRun:
     def _publish(self, record: dict[str, Any]) -> None:
         if self.metrics is not None:
             self.metrics.record(record)
+        if self.trackers is not None:
+            self.trackers.log(record)
 
     def close(self) -> None:
         if self.metrics is not None:
             self.metrics.close()
+        if self.trackers is not None:
+            self.trackers.close()
 
     # -- one step -----------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
+from kuberl.engine.config.tracking import TrackingSpec
 
 from .kube_grammar import DNSSubdomain
 
@@ -56,8 +57,19 @@ class RunPolicy(SpecModel):
 
 
 class MonitoringSpec(SpecModel):
-    """Metrics of the job's controller rank, for Prometheus."""
+    """Metrics of the job's controller rank, for Prometheus, and experiment trackers."""
 
     enabled: bool = True
     metrics_port: int = Field(default=9400, ge=1024, le=65535)
     """The port of the /metrics endpoint."""
+    tracking: list[TrackingSpec] = Field(default=[], max_length=3)
+    """TensorBoard, MLflow and W&B, each at most once; the controller rank writes to each."""
+
+    RULES = (
+        Rule(
+            message="each tracking backend may appear once",
+            check=lambda s: len({t.backend for t in s.tracking}) == len(s.tracking),
+            cel="self.tracking.all(a, self.tracking.exists_one(b, b.backend == a.backend))",
+            field="tracking",
+        ),
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -196,21 +197,65 @@ def test_smoke(kuberl_cli: str) -> None:
     assert "kuberl smoke: OK, everything worked." in result.stdout
 
 
-def test_plugin_estimator_and_registered_loss_train_dp2(make_job, run_job, tiny_model: Path) -> None:
+FAKE_KEYS = {"WANDB_API_KEY": "kuberl-planted-wandb-key-7f3a9c", "MLFLOW_TRACKING_TOKEN": "kuberl-planted-mlflow-token-51be"}
+
+
+def test_plugin_job_tracks_to_three_backends_and_a_resumed_run_continues_them(make_job, run_job, tiny_model: Path,
+                                                                             tmp_path: Path, monkeypatch) -> None:
     # The example plug-in's estimator (registered from a file at start, on every rank) with GSPO's
-    # sequence-level clipping (wide clip range, so that the tiny model's first steps move it).
+    # sequence-level clipping (wide clip range, so that the tiny model's first steps move it), and
+    # every step to TensorBoard, MLflow (a file store) and W&B (offline). One step, then `kuberl run`
+    # again with two: the second attempt resumes from step 1's checkpoint into the same runs.
+    from mlflow.tracking import MlflowClient
+
+    from kuberl.operator.testing.tracking_files import tensorboard_scalars, wandb_runs
+
+    for name, value in FAKE_KEYS.items():  # what a Secret would put in the pod's environment
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for this test's reader; the engine sets it for a file: URI
     plugin = Path(__file__).parents[2] / "examples" / "plugins" / "median_baseline.py"
-    job, run = make_job(algorithm={"name": "grpo", "plugins": [{"path": str(plugin)}],
-                                   "advantage": {"name": "median_baseline", "options": {"scale": 2.0}},
-                                   "policyLoss": {"name": "gspo", "options": {"clipLow": 0.2, "clipHigh": 0.28}}},
-                        optimizer={"lr": 1e-3})
-    result = run_job(job, run)
-    assert result.returncode == 0, result.stderr[-3000:]
+    mlruns = f"file:{tmp_path / 'mlruns'}"
+    kwargs = dict(algorithm={"name": "grpo", "plugins": [{"path": str(plugin)}],
+                             "advantage": {"name": "median_baseline", "options": {"scale": 2.0}},
+                             "policyLoss": {"name": "gspo", "options": {"clipLow": 0.2, "clipHigh": 0.28}}},
+                  optimizer={"lr": 1e-3})
+    tracking = [{"backend": "tensorboard"}, {"backend": "mlflow", "trackingUri": mlruns, "experiment": "plugin-job"},
+                {"backend": "wandb", "project": "kuberl-tests", "mode": "offline"}]
+    outputs = []
+    for steps in (1, 2):
+        job, run = make_job(steps=steps, **kwargs)
+        spec = yaml.safe_load(job.read_text())
+        spec["spec"]["monitoring"] = {"enabled": False, "tracking": tracking}
+        job.write_text(yaml.safe_dump(spec))
+        result = run_job(job, run)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.append(result.stdout + result.stderr)
+    assert "resumed from" in outputs[1]
     steps = [r for r in records(run) if "reward_mean" in r]
-    assert len(steps) == 2
+    assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         finite(r, "policy_loss", "grad_norm", "approx_kl", "clip_fraction")
     from safetensors.torch import load_file
 
     start, final = load_file(tiny_model / "model.safetensors"), exported(run)
     assert not torch.equal(start["model.embed_tokens.weight"], final["model.embed_tokens.weight"])
+
+    # Each backend holds steps 1 and 2 in one run, with the values of metrics.jsonl.
+    rewards = [(r["step"], pytest.approx(r["reward_mean"])) for r in steps]
+    assert tensorboard_scalars(run / "tensorboard", "reward/reward_mean") == rewards
+    assert [s for s, _ in tensorboard_scalars(run / "tensorboard", "actor/policy_loss")] == [1, 2]
+    client = MlflowClient(tracking_uri=mlruns)
+    [mlrun] = client.search_runs([client.get_experiment_by_name("plugin-job").experiment_id])
+    assert [(m.step, m.value) for m in client.get_metric_history(mlrun.info.run_id, "reward/reward_mean")] == rewards
+    assert mlrun.data.params["algorithm.advantage.name"] == "median_baseline"
+    assert "reward_curve.png" in [a.path for a in client.list_artifacts(mlrun.info.run_id)]
+    attempts = wandb_runs(run / "wandb")
+    assert len(attempts) == 2 and attempts[0]["id"] == attempts[1]["id"]
+    assert [(row["_step"], pytest.approx(row["reward/reward_mean"])) for a in attempts for row in a["history"]
+            if "reward/reward_mean" in row] == rewards
+
+    # The planted credentials appear in no output, log, metric or tracker file.
+    leaks = [str(p) for p in [*run.rglob("*"), *(tmp_path / "mlruns").rglob("*")] if p.is_file()
+             and any(v.encode() in p.read_bytes() for v in FAKE_KEYS.values())]
+    assert not leaks and not any(v in out for v in FAKE_KEYS.values() for out in outputs)
