@@ -67,6 +67,15 @@ class TrainerSpec(SpecModel):
     """Sequences per optimizer update; default: all of a step's sequences in one update."""
     micro_batch_size: int = Field(default=1, ge=1, le=1_000_000)
     """Sequences per rank in one forward and backward pass (gradient accumulation below the mini-batch)."""
+    micro_batch_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
+    """Fill micro-batches up to this many tokens instead of microBatchSize sequences, and split a
+    batch over DP ranks by tokens (like verl's dynamic batch size); needs sequencePacking. A
+    sequence longer than the budget is a micro-batch of its own."""
+    sequence_packing: bool = True
+    """Lay each micro-batch out as one row of its sequences back to back (no padding is computed);
+    false: one right-padded row per sequence."""
+    shared_prefix: bool = True
+    """With sequencePacking: the samples of one prompt in a micro-batch share one copy of the prompt."""
     optimizer: OptimizerSpec = OptimizerSpec()
     seed: int = Field(default=42, ge=0, le=2**32 - 1)
     """Seeds data order, sampling and initialisation; a run is reproducible on the same hardware."""
@@ -77,6 +86,12 @@ class TrainerSpec(SpecModel):
     """Write the final policy there as a Hugging Face folder."""
 
     RULES = (
+        Rule(
+            message="microBatchTokens needs sequencePacking: a token budget fills packed rows",
+            check=lambda s: s.micro_batch_tokens is None or s.sequence_packing,
+            cel="!has(self.microBatchTokens) || !has(self.sequencePacking) || self.sequencePacking",
+            field="microBatchTokens",
+        ),
         Rule(
             message="set exactly one of totalSteps and totalEpochs",
             check=lambda s: (s.total_steps is None) != (s.total_epochs is None),

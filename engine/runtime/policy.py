@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from ..config.trainer import OptimizerSpec
 from ..models.arch import LlamaArch
 from ..models.convert import hf_to_megatron
-from ..training.megatron_model import build_gpt_model, causal_mask
-from .sequences import MiniBatch, SeqBatch, micro_batches, pad_rows, response_positions, response_tokens, shard_rows
+from ..training.megatron_model import build_gpt_model
+from .packing import ModelInputs, packed_inputs, packed_length, padded_inputs, shard_by_tokens, token_micro_batches
+from .sequences import MiniBatch, SeqBatch, micro_batches, pad_rows, response_tokens, shard_rows
 
 # loss(output of the last stage at the response positions: logits [b, R, v/tp] or values [b, R], micro-batch) -> (loss, stats)
 LossFn = Callable[[torch.Tensor, SeqBatch], tuple[torch.Tensor, dict[str, torch.Tensor]]]
@@ -58,11 +59,29 @@ def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> Non
     original = layer.forward
 
     def forward(hidden_states: torch.Tensor, *args, **kwargs):
-        index = place.positions  # [R, b], set by the schedule for the micro-batch being computed
-        rows = hidden_states.gather(0, index[..., None].expand(*index.shape, hidden_states.shape[-1]))
-        return original(rows, *args, **kwargs)
+        # [R, B] positions and rows of the hidden states [s, rows, h] that predict each response
+        # token, set by the schedule for the micro-batch being computed (packing.ModelInputs).
+        positions, rows = place.positions
+        return original(hidden_states[positions, rows], *args, **kwargs)
 
     layer.forward = forward
+
+
+def _rope_at_positions(rotary: torch.nn.Module, place: "MegatronLM") -> None:
+    """Make the rotary embedding follow each token's own position, not its index in the row.
+
+    megatron-core's local attention path rotates token i by position i of the row; a packed row
+    holds several sequences whose positions restart (or, with a shared prefix, continue from the
+    prompt), so the angles are looked up per token: [s, rows, 1, d] instead of [s, 1, 1, d].
+    """
+    original = rotary.forward
+
+    def forward(max_seq_len: int, *args, **kwargs):
+        positions = place.rope_positions  # [rows, s]
+        table = original(max(max_seq_len, int(positions.max()) + 1), *args, **kwargs)  # [n, 1, 1, d]
+        return table[:, 0, 0, :][positions.T][:, :, None, :]
+
+    rotary.forward = forward
 
 
 def vocab_parallel_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -115,10 +134,16 @@ class MegatronLM:
     """One rank's shard of a policy, reference policy or critic."""
 
     def __init__(self, arch: LlamaArch, hf_state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
-                 optimizer: OptimizerSpec | None = None, value_head: bool = False):
+                 optimizer: OptimizerSpec | None = None, value_head: bool = False, packed: bool = False,
+                 share_prefix: bool = False, micro_batch_tokens: int | None = None, pad_id: int = 0):
+        """packed: each micro-batch as one row of its sequences back to back (packing.py);
+        share_prefix: with packed, one copy of a prompt for its consecutive samples;
+        micro_batch_tokens: micro-batches by a token budget, and DP shards by tokens."""
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
         self.arch, self.place, self.value_head = arch, model_place(), value_head
+        self.packed, self.share_prefix, self.pad_id = packed, share_prefix and packed, pad_id
+        self.micro_batch_tokens = micro_batch_tokens if packed else None
         place = self.place
         tied = arch.tie_word_embeddings and not value_head
         module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied)
@@ -127,9 +152,11 @@ class MegatronLM:
             shard.pop("output_layer.weight", None)
             if place.pp_rank == place.pp - 1:
                 module.output_layer = ValueHead(arch.hidden_size, dtype)
-        self.positions: torch.Tensor | None = None
+        self.positions: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.rope_positions: torch.Tensor | None = None
         if place.pp_rank == place.pp - 1:
             _only_response_positions(module.output_layer, self)
+        _rope_at_positions(module.rotary_pos_emb, self)
         missing, unexpected = module.load_state_dict(shard, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state") and not (value_head and k == "output_layer.weight")]
         if missing or unexpected:
@@ -162,21 +189,23 @@ class MegatronLM:
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
-        seq = batches[0].input_ids.shape[1]
-        size = batches[0].input_ids.shape[0]
+        inputs = self.model_inputs(batches)
+        seq, size = inputs[0].input_ids.shape[1], inputs[0].input_ids.shape[0]
         value_head = self.value_head
+        device = self.device
 
         def forward_step(data_iterator, model):
-            mb = next(data_iterator).to(self.device)
-            self.positions = response_positions(mb).T.contiguous()
-            positions = torch.arange(seq, device=self.device).unsqueeze(0).expand(mb.input_ids.shape[0], seq)
-            output = model(mb.input_ids, positions, causal_mask(seq, self.device), labels=None)
+            mb, x = next(data_iterator)
+            mb = mb.to(device)
+            self.positions = (x.out_positions.T.contiguous().to(device), x.out_rows.T.contiguous().to(device))
+            self.rope_positions = x.positions.to(device)
+            output = model(x.input_ids.to(device), x.positions.to(device), x.attention_mask.to(device), labels=None)
             if value_head and ps.is_pipeline_last_stage():
                 output = output.squeeze(-1)
             return output, lambda out: loss_fn(out, mb)
 
         results = get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter(batches), model=[self.model],
+            forward_step_func=forward_step, data_iterator=iter(list(zip(batches, inputs))), model=[self.model],
             num_microbatches=len(batches), seq_length=seq, micro_batch_size=size, forward_only=forward_only,
         )
         if self.place.pp > 1:
@@ -186,6 +215,25 @@ class MegatronLM:
             dist.broadcast_object_list(holder, src=last, group=ps.get_pipeline_model_parallel_group())
             results = holder[0]
         return results
+
+    def dp_shard(self, batch: SeqBatch) -> range:
+        """This DP rank's rows of `batch`: by tokens under a token budget, else by count."""
+        if self.micro_batch_tokens is None:
+            return shard_rows(len(batch), self.place.dp_rank, self.place.dp_size)
+        tokens = (batch.prompt_lens + batch.response_lens).tolist()
+        return shard_by_tokens(tokens, self.place.dp_rank, self.place.dp_size)
+
+    def micro_batches(self, batch: SeqBatch, micro_batch_size: int) -> list[SeqBatch]:
+        if self.micro_batch_tokens is None:
+            return micro_batches(batch, micro_batch_size)
+        return token_micro_batches(batch, self.micro_batch_tokens, self.share_prefix)
+
+    def model_inputs(self, batches: list[SeqBatch]) -> list[ModelInputs]:
+        """The micro-batches in this model's layout; under a pipeline all of one shape (the longest)."""
+        if not self.packed:
+            return [padded_inputs(mb) for mb in batches]
+        length = max(packed_length(mb, self.share_prefix) for mb in batches) if self.place.pp > 1 else None
+        return [packed_inputs(mb, self.share_prefix, self.pad_id, length) for mb in batches]
 
     @torch.no_grad()
     def response_logprobs(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
@@ -225,8 +273,8 @@ class MegatronLM:
         """Run `compute` (a per-micro-batch forward) on this DP rank's rows; every rank gets all rows."""
         from megatron.core import parallel_state as ps
 
-        mine = batch.select(shard_rows(len(batch), self.place.dp_rank, self.place.dp_size))
-        mbs = micro_batches(mine, micro_batch_size) if len(mine) else []
+        mine = batch.select(self.dp_shard(batch))
+        mbs = self.micro_batches(mine, micro_batch_size) if len(mine) else []
         if mbs and self.place.pp > 1:  # every pipeline micro-batch has the same shape
             mbs[-1] = pad_rows(mbs[-1], micro_batch_size)
         parts = compute(mbs)
@@ -241,8 +289,8 @@ class MegatronLM:
         stats = []
         for update in plan:
             mini = batch.select(slice(update.start, update.end))
-            mine = mini.select(shard_rows(len(mini), self.place.dp_rank, self.place.dp_size))
-            stats.append(self.train_step(micro_batches(mine, micro_batch_size), loss_fn, update.lr))
+            mine = mini.select(self.dp_shard(mini))
+            stats.append(self.train_step(self.micro_batches(mine, micro_batch_size), loss_fn, update.lr))
         return stats
 
     # -- device memory around rollout ------------------------------------------------------------

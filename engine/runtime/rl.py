@@ -46,6 +46,7 @@ from . import checkpoint as ckpt
 from .checks import ConfigError, check_supported
 from .losses import policy_loss_fn, value_loss_fn
 from .metrics import RunMetrics, plot_rewards, read_jsonl
+from .packing import layout_options
 from .policy import MegatronLM
 from .resolve import model_folder
 from .role_access import RoleAccess
@@ -113,13 +114,14 @@ class RLRun:
         self.total_steps = trainer.total_steps or trainer.total_epochs * self.loader.steps_per_epoch
 
         hf_state = read_hf_state_dict(folder)
-        self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer)
+        layout = layout_options(trainer)
+        self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, **layout)
         self.needs_ref = algorithm.needs_reference
         estimator = A.estimator_of(algorithm)
         self.needs_critic = estimator is not None and estimator.needs_critic
-        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype) \
+        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype, **layout) \
             if self.needs_ref and "ref" not in self.remote_roles else None
-        self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True) \
+        self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True, **layout) \
             if self.needs_critic and "critic" not in self.remote_roles else None
         del hf_state
         self.dp_rank, self.dp_size = self.actor.place.dp_rank, self.actor.place.dp_size

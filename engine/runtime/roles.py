@@ -114,8 +114,11 @@ class RoleWorker:
             folder = model_folder(config.model, base_dir)
             arch = LlamaArch.from_hf_config(read_hf_config(folder))
             critic = self.role == "critic"
+            from .packing import layout_options
+
             self.model = MegatronLM(arch, read_hf_state_dict(folder), dtype=torch_dtype(config.model.dtype),
-                                    optimizer=config.trainer.optimizer if critic else None, value_head=critic)
+                                    optimizer=config.trainer.optimizer if critic else None, value_head=critic,
+                                    **layout_options(config.trainer))
             if critic:
                 from .losses import value_loss_fn
 

@@ -1,0 +1,137 @@
+"""bench/train: the training phase with padded, packed, and packed + shared-prefix micro-batches.
+
+One process (TP=1), SmolLM2-135M (the main job's model), one optimizer update per layout over the
+same batch, three batch shapes: the main job's (4 prompts x 8 samples, its chat-templated prompts,
+responses of 4 to 24 tokens), long prompts with short answers, short prompts with long answers.
+Each figure is the median of --repeat updates after a warm-up. Reported: seconds per update,
+tokens the model computed, achieved FLOP/s (6 x parameters x computed tokens, plus attention) and
+that as a fraction of this machine's float32 matmul roofline, measured in the same run.
+
+    .venv/bin/python bench/train/run.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+
+
+def roofline(threads: int) -> float:
+    """Float32 matmul FLOP/s of this machine at the bench's thread count (the best of a few sizes)."""
+    best = 0.0
+    for n in (512, 1024, 2048):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        started = time.perf_counter()
+        reps = 5
+        for _ in range(reps):
+            torch.mm(a, b)
+        best = max(best, 2 * n**3 * reps / (time.perf_counter() - started))
+    return best
+
+
+def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[list[int]]]]:
+    from kuberl.engine.config.data import DataSpec, GeneratorSpec
+    from kuberl.engine.data import PromptEncoder, arithmetic
+
+    g = torch.Generator().manual_seed(seed)
+    # The main job's data section (examples/grpo-smollm2-arith.yaml).
+    data = DataSpec(train={"generator": GeneratorSpec(name="arithmetic", count=4, seed=1)}, chat_template=True,
+                    system_prompt="You are a calculator. Reply with the result only, for example: 5 + 3 = 8.",
+                    max_prompt_length=128)
+    encoder = PromptEncoder(tokenizer, data)
+    main_prompts = [encoder.encode(e) for e in arithmetic(GeneratorSpec(name="arithmetic", count=4, seed=1))]
+
+    def responses(n: int, low: int, high: int) -> list[list[int]]:
+        return [torch.randint(100, 20000, (int(torch.randint(low, high + 1, (1,), generator=g)),), generator=g).tolist()
+                for _ in range(n)]
+
+    def grouped(prompts: list[list[int]], low: int, high: int) -> tuple[list[list[int]], list[list[int]]]:
+        return [p for p in prompts for _ in range(8)], responses(8 * len(prompts), low, high)
+
+    long_prompts = [torch.randint(100, 20000, (256,), generator=g).tolist() for _ in range(4)]
+    short_prompts = [torch.randint(100, 20000, (16,), generator=g).tolist() for _ in range(4)]
+    return {"main_job": grouped(main_prompts, 4, 24), "long_prompt_short_answer": grouped(long_prompts, 4, 16),
+            "short_prompt_long_answer": grouped(short_prompts, 128, 256)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--micro-batch-size", type=int, default=8, help="rows per micro-batch (the main job's)")
+    args = parser.parse_args()
+    threads = torch.get_num_threads()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from transformers import AutoTokenizer
+
+    from kuberl.engine.config.trainer import OptimizerSpec
+    from kuberl.engine.models.arch import LlamaArch
+    from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
+    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.runtime.sequences import micro_batches, pack
+    from kuberl.engine.runtime.world import init_model_parallel
+
+    init_model_parallel(1, 1, seed=0)
+    folder = gguf_to_hf_folder(smollm2_gguf())
+    arch = LlamaArch.from_hf_config(read_hf_config(folder))
+    model = MegatronLM(arch, read_hf_state_dict(folder), optimizer=OptimizerSpec(lr=1e-7))
+    params = sum(p.numel() for p in model.module.parameters())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    peak = roofline(threads)
+
+    def loss_fn(logits, mb):
+        logp = response_logprobs_from_logits(logits, mb)
+        return -(logp * mb.advantages).sum() / mb.mask.sum().clamp(min=1), {}
+
+    results: dict = {}
+    for name, (prompts, responses) in batches(tokenizer).items():
+        batch = pack(prompts, responses, pad_id=0)
+        batch.advantages = torch.ones_like(batch.mask)
+        useful = sum(len(p) + len(r) for p, r in zip(prompts, responses))
+        row: dict = {"sequences": len(batch), "prompt_tokens_mean": statistics.mean(map(len, prompts)),
+                     "response_tokens_mean": statistics.mean(map(len, responses)), "sequence_tokens": useful}
+        for layout, packed, shared in (("padded", False, False), ("packed", True, False), ("packed_shared_prefix", True, True)):
+            model.packed, model.share_prefix = packed, shared
+            mbs = micro_batches(batch, args.micro_batch_size)
+            inputs = model.model_inputs(mbs)
+            tokens = sum(x.tokens for x in inputs)
+            attention = sum(4 * arch.num_layers * arch.hidden_size * x.input_ids.shape[1] ** 2 * x.input_ids.shape[0] for x in inputs)
+            flops = 6 * params * tokens + 3 * attention  # forward + backward
+            model.train_step(mbs, loss_fn, lr=1e-7)  # warm-up
+            seconds = []
+            for _ in range(args.repeat):
+                started = time.perf_counter()
+                model.train_step(mbs, loss_fn, lr=1e-7)
+                seconds.append(time.perf_counter() - started)
+            s = statistics.median(seconds)
+            row[layout] = {"seconds_per_update": s, "tokens_computed": tokens, "flops_per_second": flops / s,
+                           "roofline_fraction": flops / s / peak}
+            print(f"{name:<26} {layout:<22} {s:7.2f} s  {tokens:6d} tokens  {flops / s / 1e9:6.1f} GFLOP/s "
+                  f"({100 * flops / s / peak:4.1f}% of roofline)", flush=True)
+        row["speedup_packed"] = row["padded"]["seconds_per_update"] / row["packed"]["seconds_per_update"]
+        row["speedup_packed_shared_prefix"] = row["padded"]["seconds_per_update"] / row["packed_shared_prefix"]["seconds_per_update"]
+        results[name] = row
+    out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.processor() or platform.machine(),
+           "threads": threads, "model": "SmolLM2-135M-Instruct", "parameters": params, "fp32_matmul_roofline_flops": peak,
+           "micro_batch_size": args.micro_batch_size, "repeat": args.repeat, "batches": results}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "train.json").write_text(json.dumps(out, indent=2) + "\n")
+    print(f"roofline {peak / 1e9:.1f} GFLOP/s; wrote {RESULTS / 'train.json'}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

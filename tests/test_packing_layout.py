@@ -1,0 +1,80 @@
+"""The micro-batch layouts as pure functions: packed rows, shared prompts, token budgets, DP shards by tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kuberl.engine.runtime.packing import (
+    packed_inputs,
+    packed_length,
+    padded_inputs,
+    shard_by_tokens,
+    token_micro_batches,
+)
+from kuberl.engine.runtime.sequences import pack
+
+
+def _batch():
+    # Prompt [1, 2, 3] twice (two samples), then prompt [4, 5] once.
+    return pack([[1, 2, 3], [1, 2, 3], [4, 5]], [[7, 8], [9, 10], [6, 6, 6]], pad_id=0)
+
+
+def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
+    x = packed_inputs(_batch(), share_prefix=True)
+    assert x.input_ids.tolist() == [[1, 2, 3, 7, 8, 9, 10, 4, 5, 6, 6, 6]]
+    # Each sample's positions continue from the prompt's end, as in its own padded row.
+    assert x.positions.tolist() == [[0, 1, 2, 3, 4, 3, 4, 0, 1, 2, 3, 4]]
+    allowed = (~x.attention_mask[0, 0]).int()
+    assert allowed[5].tolist() == [1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]  # sample 2 sees the prompt and itself
+    assert allowed[8].tolist() == [0] * 7 + [1, 1, 0, 0, 0]  # the next prompt sees nothing before it
+    # Sample b's token j is predicted at the prompt's last position (j = 0), then at its own tokens.
+    assert x.out_positions.tolist() == [[2, 3, 0], [2, 5, 0], [8, 9, 10]]
+    assert packed_length(_batch(), True) == 12 and packed_length(_batch(), False) == 15
+
+
+def test_without_sharing_every_sequence_restarts_at_position_zero():
+    x = packed_inputs(_batch(), share_prefix=False)
+    assert x.positions.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4]]
+    assert x.out_positions[1].tolist() == [7, 8, 0]
+
+
+def test_a_fixed_length_pads_with_tokens_that_see_only_themselves():
+    x = packed_inputs(_batch(), share_prefix=True, length=14)
+    assert x.input_ids.shape == (1, 14) and x.tokens == 14
+    allowed = ~x.attention_mask[0, 0]
+    assert allowed[12].tolist() == [False] * 12 + [True, False] and allowed[:12, 12:].sum() == 0
+    with pytest.raises(ValueError, match="does not fit the fixed length 10"):
+        packed_inputs(_batch(), share_prefix=True, length=10)
+
+
+def test_padded_layout_is_one_row_per_sequence():
+    x = padded_inputs(_batch())
+    assert x.input_ids.shape == (3, 5) and x.tokens == 15
+    assert x.out_rows.tolist() == [[0, 0, 0], [1, 1, 1], [2, 2, 2]]
+
+
+def test_token_budget_fills_micro_batches_in_order():
+    batch = _batch()
+    assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=True)] == [2, 1]  # 3+2+2, then 2+3
+    assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=False)] == [1, 1, 1]
+    assert [len(mb) for mb in token_micro_batches(batch, budget=2, share_prefix=True)] == [1, 1, 1]  # too long: alone
+
+
+@pytest.mark.parametrize("tokens,world,expected", [
+    ([10, 10, 10, 10], 2, [[0, 1], [2, 3]]),
+    ([100, 1, 1, 1, 1, 1], 2, [[0], [1, 2, 3, 4, 5]]),  # by tokens, not rows
+    ([1, 1, 1, 100], 2, [[0, 1, 2], [3]]),
+    ([3, 3], 4, [[0], [1], [], []]),
+])
+def test_dp_shards_balance_tokens_and_cover_every_row(tokens, world, expected):
+    assert [list(shard_by_tokens(tokens, r, world)) for r in range(world)] == expected
+
+
+def test_shards_are_a_partition_on_random_batches():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        n, world = int(torch.randint(1, 20, (1,), generator=g)), int(torch.randint(1, 5, (1,), generator=g))
+        tokens = torch.randint(1, 50, (n,), generator=g).tolist()
+        rows = [i for r in range(world) for i in shard_by_tokens(tokens, r, world)]
+        assert rows == list(range(n))
