@@ -8,6 +8,7 @@ import torch
 from kuberl.engine.runtime.packing import (
     packed_inputs,
     packed_length,
+    packed_shape,
     padded_inputs,
     shard_by_tokens,
     token_micro_batches,
@@ -22,30 +23,34 @@ def _batch():
 
 def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
     x = packed_inputs(_batch(), share_prefix=True)
-    assert x.input_ids.tolist() == [[1, 2, 3, 7, 8, 9, 10, 4, 5, 6, 6, 6]]
+    assert x.input_ids.tolist() == [[1, 2, 3, 7, 8, 9, 10], [4, 5, 6, 6, 6, 0, 0]]
     # Each sample's positions continue from the prompt's end, as in its own padded row.
-    assert x.positions.tolist() == [[0, 1, 2, 3, 4, 3, 4, 0, 1, 2, 3, 4]]
-    allowed = (~x.attention_mask[0, 0]).int()
-    assert allowed[5].tolist() == [1, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0]  # sample 2 sees the prompt and itself
-    assert allowed[8].tolist() == [0] * 7 + [1, 1, 0, 0, 0]  # the next prompt sees nothing before it
+    assert x.positions[0].tolist() == [0, 1, 2, 3, 4, 3, 4]
+    allowed = (~x.attention_mask[:, 0]).int()
+    assert allowed[0, 5].tolist() == [1, 1, 1, 0, 0, 1, 0]  # sample 2 sees the prompt and itself
+    assert allowed[1, 5].tolist() == [0, 0, 0, 0, 0, 1, 0]  # padding sees only itself
+    assert allowed[1, :5, 5:].sum() == 0  # and nothing sees padding
     # Sample b's token j is predicted at the prompt's last position (j = 0), then at its own tokens.
-    assert x.out_positions.tolist() == [[2, 3, 0], [2, 5, 0], [8, 9, 10]]
+    assert x.out_positions.tolist() == [[2, 3, 0], [2, 5, 0], [1, 2, 3]]
+    assert x.out_rows[:, 0].tolist() == [0, 0, 1]
     assert packed_length(_batch(), True) == 12 and packed_length(_batch(), False) == 15
+    assert packed_shape(_batch(), True) == (2, 7)
 
 
-def test_without_sharing_every_sequence_restarts_at_position_zero():
+def test_without_sharing_every_sequence_is_a_row_of_its_own():
     x = packed_inputs(_batch(), share_prefix=False)
-    assert x.positions.tolist() == [[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4]]
-    assert x.out_positions[1].tolist() == [7, 8, 0]
+    assert x.input_ids.shape == (3, 5) and x.positions[1].tolist() == [0, 1, 2, 3, 4]
+    assert x.out_rows[:, 0].tolist() == [0, 1, 2]
 
 
-def test_a_fixed_length_pads_with_tokens_that_see_only_themselves():
-    x = packed_inputs(_batch(), share_prefix=True, length=14)
-    assert x.input_ids.shape == (1, 14) and x.tokens == 14
-    allowed = ~x.attention_mask[0, 0]
-    assert allowed[12].tolist() == [False] * 12 + [True, False] and allowed[:12, 12:].sum() == 0
-    with pytest.raises(ValueError, match="does not fit the fixed length 10"):
-        packed_inputs(_batch(), share_prefix=True, length=10)
+def test_a_fixed_shape_pads_rows_and_length_with_tokens_that_see_only_themselves():
+    x = packed_inputs(_batch(), share_prefix=True, length=9, rows=3)
+    assert x.input_ids.shape == (3, 9) and x.tokens == 27
+    assert torch.equal(~x.attention_mask[2, 0], torch.eye(9, dtype=torch.bool))
+    with pytest.raises(ValueError, match="does not fit the fixed length 6"):
+        packed_inputs(_batch(), share_prefix=True, length=6)
+    with pytest.raises(ValueError, match="does not fit the fixed 1 rows"):
+        packed_inputs(_batch(), share_prefix=True, rows=1)
 
 
 def test_padded_layout_is_one_row_per_sequence():

@@ -19,6 +19,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("run", nargs="?", default=str(REPO / "runs" / "grpo-smollm2-arith"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "main_job.json"))
+    parser.add_argument("--baseline-wall-minutes", type=float, default=None,
+                        help="the wall time of the run this one is compared with (recorded as baseline_wall_minutes)")
+    parser.add_argument("--note", default=None, help="how this run and its baseline were made")
     args = parser.parse_args()
     run = Path(args.run)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
@@ -48,6 +51,11 @@ def main() -> None:
         "training_reward_first_5_steps": round(sum(r["reward_mean"] for r in steps[:5]) / 5, 4),
         "training_reward_last_5_steps": round(sum(r["reward_mean"] for r in steps[-5:]) / 5, 4),
     }
+    if args.baseline_wall_minutes is not None:
+        summary["baseline_wall_minutes"] = args.baseline_wall_minutes
+        summary["wall_ratio_to_baseline"] = round(summary["wall_minutes"] / args.baseline_wall_minutes, 3)
+    if args.note:
+        summary["note"] = args.note
     Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
     shutil.copy(run / "reward_curve.png", Path(args.out).with_name("main_job_reward_curve.png"))
     print(json.dumps(summary, indent=2))

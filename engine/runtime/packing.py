@@ -1,13 +1,15 @@
-"""How a micro-batch's sequences are laid out for the model: padded rows, or one packed row.
+"""How a micro-batch's sequences are laid out for the model: padded rows, or rows per prompt.
 
 Padded: each sequence in a row of its own, right-padded to the longest, one causal mask for all.
-Packed: the sequences back to back in one row, each attending only to itself (a block-diagonal
-causal mask), RoPE positions restarting at every sequence, so no padding is computed. With a
-shared prefix, consecutive sequences with the same prompt (the samples of one prompt) share one
-copy of it: the prompt's tokens appear once, each response attends to the prompt and to itself,
-and its positions continue from the prompt's end, as in its own row of the padded layout. The
-first response token of every sample is predicted by the prompt's last position, so gradients of
-all the samples flow into one copy of the prompt and add up, as the padded path's do over copies.
+Packed with a shared prefix: consecutive sequences with the same prompt (the samples of one prompt)
+share one row and one copy of the prompt: the prompt's tokens appear once, each response attends to
+the prompt and to itself (a mask per row), and its positions continue from the prompt's end, as in
+its own row of the padded layout. The first response token of every sample is predicted by the
+prompt's last position, so gradients of all the samples flow into one copy of the prompt and add
+up, as the padded path's do over copies. Rows are right-padded to the longest; a prompt with one
+sample is a row like the padded layout's. (One flat row for the whole micro-batch would remove the
+rest of the padding too, but megatron-core's local attention is dense over a row: its cost grows
+with the square of the row's length, which bench/train measured to be a loss on CPU.)
 
 Both layouts give the model the same thing to compute per response token: the hidden state at
 `out_positions[b, j]` of row `out_rows[b, j]` predicts response token j of sequence b. Pure
@@ -75,54 +77,74 @@ def _segments(mb: SeqBatch, share_prefix: bool) -> list[list[int]]:
 
 
 def packed_length(mb: SeqBatch, share_prefix: bool) -> int:
-    """Tokens of the packed layout, before any padding to a fixed length."""
-    return sum(int(mb.prompt_lens[run[0]]) + sum(int(mb.response_lens[r]) for r in run) for run in _segments(mb, share_prefix))
+    """Tokens of the packed layout without its padding: each run's prompt once, then its responses."""
+    return sum(_run_lengths(mb, share_prefix))
 
 
-def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int | None = None) -> ModelInputs:
-    """One row of every sequence of `mb` back to back (padded to `length` when given: a pipeline
-    needs every micro-batch in one shape)."""
+def packed_shape(mb: SeqBatch, share_prefix: bool) -> tuple[int, int]:
+    """(rows, longest row) of the packed layout."""
+    lengths = _run_lengths(mb, share_prefix)
+    return len(lengths), max(lengths)
+
+
+def _run_lengths(mb: SeqBatch, share_prefix: bool) -> list[int]:
+    return [int(mb.prompt_lens[run[0]]) + sum(int(mb.response_lens[r]) for r in run) for run in _segments(mb, share_prefix)]
+
+
+def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int | None = None,
+                  rows: int | None = None) -> ModelInputs:
+    """One row per run of sequences that share a prompt (each sequence alone without share_prefix):
+    the prompt once, then each sample's response; rows right-padded to the longest (to `length` and
+    `rows` when given: a pipeline needs every micro-batch in one shape).
+
+    Why rows and not one row for the whole micro-batch: megatron-core's local attention is dense
+    over a row, so its cost grows with the square of the row's length; rows keep it to the sum over
+    runs, and a run's padding is at most what the padded layout pads."""
     B, R = mb.mask.shape
-    ids: list[int] = []
-    positions: list[int] = []
-    segment_of: list[int] = []  # which run each token belongs to
-    response_of: list[int] = []  # the row of the response a token is in; -1 for a prompt token
+    runs = _segments(mb, share_prefix)
     out_positions = torch.zeros(B, R, dtype=torch.long)
-    for run_index, run in enumerate(_segments(mb, share_prefix)):
+    out_rows = torch.zeros(B, R, dtype=torch.long)
+    row_ids: list[list[int]] = []
+    row_positions: list[list[int]] = []
+    row_owner: list[list[int]] = []  # per token: the response's row in mb, -1 for the prompt
+    for row_index, run in enumerate(runs):
         prompt = _prompt(mb, run[0])
-        start = len(ids)
-        ids += prompt
-        positions += range(len(prompt))
-        segment_of += [run_index] * len(prompt)
-        response_of += [-1] * len(prompt)
-        last_prompt = start + len(prompt) - 1
+        ids, positions, owner = list(prompt), list(range(len(prompt))), [-1] * len(prompt)
         for row in run:
             n = int(mb.response_lens[row])
             first = len(ids)
             ids += mb.input_ids[row, len(prompt):len(prompt) + n].tolist()
             positions += range(len(prompt), len(prompt) + n)
-            segment_of += [run_index] * n
-            response_of += [row] * n
+            owner += [row] * n
             # Token j is predicted by the position before it: the prompt's last for j = 0.
-            predicting = [last_prompt] + list(range(first, first + n - 1))
-            out_positions[row, :n] = torch.tensor(predicting[:n], dtype=torch.long) if n else out_positions[row, :0]
-    total = len(ids)
-    s = max(total, length or 0)
-    if length is not None and total > length:
-        raise ValueError(f"a packed micro-batch of {total} tokens does not fit the fixed length {length}")
-    pad = s - total
-    ids += [pad_id] * pad
-    positions += [0] * pad
-    segment = torch.tensor(segment_of + list(range(-1, -1 - pad, -1)), dtype=torch.long)  # each pad token alone
-    response = torch.tensor(response_of + [-2] * pad, dtype=torch.long)
+            predicting = [len(prompt) - 1] + list(range(first, first + n - 1))
+            if n:
+                out_positions[row, :n] = torch.tensor(predicting[:n], dtype=torch.long)
+            out_rows[row] = row_index
+        row_ids.append(ids)
+        row_positions.append(positions)
+        row_owner.append(owner)
+    longest = max(len(ids) for ids in row_ids)
+    if length is not None and longest > length:
+        raise ValueError(f"a packed micro-batch of {longest} tokens does not fit the fixed length {length}")
+    if rows is not None and len(runs) > rows:
+        raise ValueError(f"a packed micro-batch of {len(runs)} rows does not fit the fixed {rows} rows")
+    s, n_rows = max(longest, length or 0), max(len(runs), rows or 0)
+    input_ids = torch.full((n_rows, s), pad_id, dtype=torch.long)
+    position_ids = torch.zeros(n_rows, s, dtype=torch.long)
+    owner_of = torch.full((n_rows, s), -2, dtype=torch.long)  # -2: padding
+    for r, (ids, positions, owner) in enumerate(zip(row_ids, row_positions, row_owner)):
+        input_ids[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        position_ids[r, :len(ids)] = torch.tensor(positions, dtype=torch.long)
+        owner_of[r, :len(ids)] = torch.tensor(owner, dtype=torch.long)
     index = torch.arange(s)
-    causal = index[None, :] <= index[:, None]
-    same_segment = segment[:, None] == segment[None, :]
-    # Within a run: every token sees the prompt's tokens before it; a response token also sees its own response's.
-    visible = (response[None, :] == -1) | (response[None, :] == response[:, None])
-    allowed = causal & same_segment & visible
-    return ModelInputs(torch.tensor([ids], dtype=torch.long), torch.tensor([positions], dtype=torch.long),
-                       ~allowed[None, None], out_positions, torch.zeros(B, R, dtype=torch.long))
+    causal = (index[None, :] <= index[:, None])[None]
+    query, key = owner_of[:, :, None], owner_of[:, None, :]
+    # A token sees the prompt's tokens before it and, in a response, its own response's; padding
+    # sees only itself (a row of all -inf would be NaN), and nothing sees padding.
+    allowed = causal & ((key == -1) & (query != -2) | (key == query) & (key != -2))
+    allowed |= torch.eye(s, dtype=torch.bool)[None] & (query == -2)
+    return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions, out_rows)
 
 
 def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool) -> list[SeqBatch]:

