@@ -40,7 +40,8 @@ def dynamic_sampling(ctx: StepContext) -> None:
         drawn += len(rollout.examples)
         keep = informative_groups(shaped.values, rollout.group)[:wanted - (len(kept.examples) if kept else 0)]
         part = rollout.groups(keep)
-        rows = [i for i, c in enumerate(rollout.completions) if c.prompt_index in set(keep)]  # part's order
+        kept_ids = set(keep)
+        rows = [i for i, c in enumerate(rollout.completions) if c.prompt_index in kept_ids]  # part's order
         part_scores = shaped.select(rows)
         kept, kept_scores = (part, part_scores) if kept is None else (kept + part, kept_scores + part_scores)
     ctx.to_training()
