@@ -12,7 +12,7 @@ ARG PIP_CERT
 ARG SSL_CERT_FILE
 RUN python3.11 -m venv /opt/kuberl
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 COPY operator ./operator
 COPY engine ./engine
 # The base install (no extras) is exactly the operator's dependencies.

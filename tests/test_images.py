@@ -66,6 +66,14 @@ def test_trainer_image_installs_the_gpu_extra_or_the_cpu_recipe_and_runs_kuberl_
     assert build_parser().parse_args(["worker"]).func.__name__ == "_cmd_worker"
 
 
+def test_the_trainer_image_installs_compiled_bytecode() -> None:
+    # Its pods run with a read-only root filesystem and PYTHONDONTWRITEBYTECODE: a .pyc that the
+    # build did not write is compiled again at every start of every rank.
+    runs = [arg for op, arg in instructions(REPO / "trainer_image" / "Dockerfile") if op == "RUN"]
+    installs = [c for arg in runs for c in arg.split("uv pip install")[1:]]
+    assert len(installs) == 4 and all(c.split()[0] == "--compile-bytecode" for c in installs), installs
+
+
 def test_both_images_run_as_numeric_non_root_users() -> None:
     for dockerfile in (REPO / "Dockerfile", REPO / "trainer_image" / "Dockerfile"):
         users = [arg.strip() for op, arg in instructions(dockerfile) if op == "USER"]

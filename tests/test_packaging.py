@@ -54,3 +54,16 @@ def test_engine_never_imports_the_operator(repo: Path) -> None:
         if "kuberl.operator" in path.read_text() or "from ..operator" in path.read_text()
     ]
     assert offenders == []
+
+
+def test_the_heavy_dependencies_are_installed_compiled_to_bytecode() -> None:
+    # With PYTHONDONTWRITEBYTECODE (set on many machines and in both images) nothing writes .pyc at
+    # import: without compiled files every rank would compile torch, vLLM and megatron-core anew.
+    import importlib.util
+
+    missing = []
+    for name in ("torch", "vllm", "megatron.core", "transformers"):
+        source = importlib.util.find_spec(name).origin
+        if not Path(importlib.util.cache_from_source(source)).is_file():
+            missing.append(name)
+    assert not missing, f"installed without bytecode: {missing} (scripts/setup.sh installs with --compile-bytecode)"

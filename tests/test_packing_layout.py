@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kuberl.engine.runtime.packing import (
     packed_inputs,
@@ -64,6 +66,25 @@ def test_token_budget_fills_micro_batches_in_order():
     assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=True)] == [2, 1]  # 3+2+2, then 2+3
     assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=False)] == [1, 1, 1]
     assert [len(mb) for mb in token_micro_batches(batch, budget=2, share_prefix=True)] == [1, 1, 1]  # too long: alone
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups=st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(1, 5), min_size=1, max_size=4)), min_size=1, max_size=6),
+       budget=st.integers(1, 30), share=st.booleans())
+def test_token_budget_is_greedy_over_packed_lengths(groups, budget, share):
+    # Prompts of distinct tokens (prompt k is k repeated), each with its samples' response lengths.
+    prompts = [[k + 1] * length for k, (length, samples) in enumerate(groups) for _ in samples]
+    responses = [[99] * r for _, samples in groups for r in samples]
+    batch = pack(prompts, responses, pad_id=0)
+    mbs = token_micro_batches(batch, budget, share_prefix=share)
+    assert sum(len(mb) for mb in mbs) == len(batch)
+    start = 0
+    for mb in mbs:
+        assert len(mb) == 1 or packed_length(mb, share) <= budget
+        end = start + len(mb)
+        if end < len(batch):  # the next row did not fit: the micro-batch is as full as greedy makes it
+            assert packed_length(batch.select(list(range(start, end + 1))), share) > budget
+        start = end
 
 
 @pytest.mark.parametrize("tokens,world,expected", [

@@ -149,13 +149,23 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
 
 def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool) -> list[SeqBatch]:
     """Consecutive rows in micro-batches of at most `budget` packed tokens (a row longer than the
-    budget alone); rows stay in order, so the samples of one prompt stay together where they fit."""
+    budget alone); rows stay in order, so the samples of one prompt stay together where they fit.
+
+    One pass: a row costs its response, plus its prompt unless it continues the previous row's run
+    in the same micro-batch (what `packed_length` of the micro-batch adds up)."""
     groups: list[list[int]] = []
+    used, previous = 0, None
     for row in range(len(batch)):
-        if groups and packed_length(batch.select(groups[-1] + [row]), share_prefix) <= budget:
+        prompt = _prompt(batch, row) if share_prefix else None
+        whole = int(batch.prompt_lens[row]) + int(batch.response_lens[row])
+        cost = int(batch.response_lens[row]) if share_prefix and prompt == previous else whole
+        if groups and used + cost <= budget:
             groups[-1].append(row)
+            used += cost
         else:
             groups.append([row])
+            used = whole
+        previous = prompt
     return [batch.select(rows) for rows in groups]
 
 
