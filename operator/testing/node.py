@@ -77,15 +77,27 @@ class Node:
     def images(self) -> set[str]:
         return set(self.ctr("images", "list", "-q").stdout.split())
 
+    def image_digests(self) -> dict[str, str]:
+        """Every image reference in the node's store and the digest it points at."""
+        lines = self.ctr("images", "list").stdout.splitlines()[1:]  # REF TYPE DIGEST SIZE PLATFORMS LABELS
+        return {line.split()[0]: line.split()[2] for line in lines if line.strip()}
+
     def sync_images(self, wanted: dict[str, Path]) -> None:
-        """Import the wanted images that are missing; drop the project's images of older trees."""
+        """Import the wanted images that are missing; drop the images of older trees.
+
+        The kubelet's image service adds references of its own to an imported image (its id,
+        `sha256:...`, and `name@digest`): an old image is gone, and its layers with it, only once
+        every reference to its digest is removed. The kept store would otherwise grow by a trainer
+        image (about 12 GB unpacked) with every change of the tree."""
         present = self.images()
         for ref, archive in wanted.items():
             if ref not in present:
                 self.ctr("images", "import", str(archive))
-        stale = [ref for ref in present if ref.startswith("localhost/kuberl-") and ref not in wanted]
+        digests = self.image_digests()
+        keep = {digests[ref] for ref in wanted if ref in digests}
+        stale = [ref for ref, digest in digests.items() if digest not in keep]
         if stale:
-            self.ctr("images", "remove", *stale)
+            self.ctr("images", "remove", "--sync", *stale)
 
     def remove_containers(self) -> None:
         """What the node ran (sandboxes and containers, their processes already killed), so that the

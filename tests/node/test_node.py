@@ -54,6 +54,14 @@ def test_the_node_is_a_kubelet_on_containerd(real_node) -> None:
     assert info["operatingSystem"] == "linux"
 
 
+def test_the_kept_image_store_holds_only_this_trees_images(real_node, built_images) -> None:
+    # Every reference (the kubelet adds ids and digests of its own) points at an image of this tree:
+    # the store kept between runs does not grow with each rebuild.
+    digests = real_node.image_digests()
+    wanted = {digests[built_images[f"{k}_IMAGE"]] for k in ("PAUSE", "OPERATOR", "TRAINER")}
+    assert set(digests.values()) == wanted, digests
+
+
 def test_a_pod_reaches_the_api_server_and_resolves_service_names(real_node, built_images) -> None:
     ns = namespace(real_node, "probe")
     script = textwrap.dedent(f"""
