@@ -1,13 +1,16 @@
 """bench/train: the training phase with padded, packed, and packed + shared-prefix micro-batches.
 
 One process (TP=1), SmolLM2-135M (the main job's model), one optimizer update per layout over the
-same batch, three batch shapes: the main job's (4 prompts x 8 samples, its chat-templated prompts,
+same batch (the last layout: shared prefix with micro-batches filled to --micro-batch-tokens
+instead of 8 sequences each), three batch shapes: the main job's (4 prompts x 8 samples, its chat-templated prompts,
 responses of 4 to 24 tokens), long prompts with short answers, short prompts with long answers.
 Each figure is the median of --repeat updates after a warm-up (2 prompts x 8 samples for the
 last two shapes, to keep the bench to minutes on 2 cores). Reported: seconds per update,
 tokens the model computed, achieved FLOP/s (the body's matmuls on the computed tokens, attention,
 the LM head on the response positions, times 3 for forward and backward) and that as a fraction
-of this machine's float32 matmul roofline, measured in the same run.
+of this machine's float32 matmul roofline, measured in the same run; and how each update's time
+splits into forward + backward and the optimizer's step (Adam over every parameter, whatever the
+batch).
 
     .venv/bin/python bench/train/run.py [--repeat 2]
 """
@@ -44,6 +47,19 @@ def roofline(threads: int) -> float:
     return best
 
 
+def timed_update(model, mbs, loss_fn) -> tuple[float, float]:
+    """One update as MegatronLM.train_step makes it, timed in two parts: (forward + backward over
+    the micro-batches, the optimizer's step)."""
+    model.model.train()
+    model.model.zero_grad_buffer()
+    model.optimizer.zero_grad()
+    started = time.perf_counter()
+    model._schedule(mbs, loss_fn, forward_only=False)
+    middle = time.perf_counter()
+    model.optimizer.step()
+    return middle - started, time.perf_counter() - middle
+
+
 def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[list[int]]]]:
     from kuberl.engine.config.data import DataSpec, GeneratorSpec
     from kuberl.engine.data import PromptEncoder, arithmetic
@@ -74,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--micro-batch-size", type=int, default=8, help="rows per micro-batch (the main job's)")
+    parser.add_argument("--micro-batch-tokens", type=int, default=1024, help="the token budget of the last layout")
     args = parser.parse_args()
     threads = torch.get_num_threads()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
@@ -84,6 +101,7 @@ def main() -> None:
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
     from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.runtime.packing import token_micro_batches
     from kuberl.engine.runtime.sequences import micro_batches, pack
     from kuberl.engine.runtime.world import init_model_parallel
 
@@ -109,32 +127,33 @@ def main() -> None:
         heads = int(batch.mask.sum())  # LM-head positions: one per response token, in every layout
         row: dict = {"sequences": len(batch), "prompt_tokens_mean": statistics.mean(map(len, prompts)),
                      "response_tokens_mean": statistics.mean(map(len, responses)), "sequence_tokens": useful}
-        for layout, packed, shared in (("padded", False, False), ("packed", True, False), ("packed_shared_prefix", True, True)):
+        layouts = (("padded", False, False, None), ("packed", True, False, None), ("packed_shared_prefix", True, True, None),
+                   ("packed_shared_prefix_tokens", True, True, args.micro_batch_tokens))
+        for layout, packed, shared, budget in layouts:
             model.packed, model.share_prefix = packed, shared
-            mbs = micro_batches(batch, args.micro_batch_size)
+            mbs = micro_batches(batch, args.micro_batch_size) if budget is None else token_micro_batches(batch, budget, shared)
             inputs = model.model_inputs(mbs)
             tokens = sum(x.tokens for x in inputs)
             # Forward + backward = 3 x forward: the body's matmuls on every computed token, attention's
             # scores and sums over each row's s x s, and the LM head on the response positions only.
             attention = sum(4 * arch.num_layers * arch.hidden_size * x.input_ids.shape[1] ** 2 * x.input_ids.shape[0] for x in inputs)
             flops = 3 * (2 * body * tokens + attention + 2 * head * heads)
-            model.train_step(mbs, loss_fn, lr=1e-7)  # warm-up
-            seconds = []
-            for _ in range(args.repeat):
-                started = time.perf_counter()
-                model.train_step(mbs, loss_fn, lr=1e-7)
-                seconds.append(time.perf_counter() - started)
-            s = statistics.median(seconds)
-            row[layout] = {"seconds_per_update": s, "tokens_computed": tokens, "flops_per_second": flops / s,
-                           "roofline_fraction": flops / s / peak}
-            print(f"{name:<26} {layout:<22} {s:7.2f} s  {tokens:6d} tokens  {flops / s / 1e9:6.1f} GFLOP/s "
-                  f"({100 * flops / s / peak:4.1f}% of roofline)", flush=True)
-        row["speedup_packed"] = row["padded"]["seconds_per_update"] / row["packed"]["seconds_per_update"]
-        row["speedup_packed_shared_prefix"] = row["padded"]["seconds_per_update"] / row["packed_shared_prefix"]["seconds_per_update"]
+            timed_update(model, mbs, loss_fn)  # warm-up
+            parts = [timed_update(model, mbs, loss_fn) for _ in range(args.repeat)]
+            s = statistics.median(f + o for f, o in parts)
+            optimizer = statistics.median(o for _, o in parts)
+            row[layout] = {"seconds_per_update": s, "forward_backward_seconds": s - optimizer, "optimizer_seconds": optimizer,
+                           "micro_batches": len(mbs), "tokens_computed": tokens, "flops_per_second": flops / s,
+                           "roofline_fraction": flops / s / peak,
+                           "forward_backward_roofline_fraction": flops / (s - optimizer) / peak}
+            print(f"{name:<26} {layout:<28} {s:7.2f} s (optimizer {optimizer:5.2f} s, {len(mbs)} micro-batches)  "
+                  f"{tokens:6d} tokens  {flops / s / 1e9:6.1f} GFLOP/s ({100 * flops / s / peak:4.1f}% of roofline)", flush=True)
+        for layout, *_ in layouts[1:]:
+            row[f"speedup_{layout}"] = row["padded"]["seconds_per_update"] / row[layout]["seconds_per_update"]
         results[name] = row
     out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.processor() or platform.machine(),
            "threads": threads, "model": "SmolLM2-135M-Instruct", "parameters": params, "fp32_matmul_roofline_flops": peak,
-           "micro_batch_size": args.micro_batch_size, "repeat": args.repeat, "batches": results}
+           "micro_batch_size": args.micro_batch_size, "micro_batch_tokens": args.micro_batch_tokens, "repeat": args.repeat, "batches": results}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "train.json").write_text(json.dumps(out, indent=2) + "\n")
     print(f"roofline {peak / 1e9:.1f} GFLOP/s; wrote {RESULTS / 'train.json'}")

@@ -70,10 +70,12 @@ class TrainerSpec(SpecModel):
     micro_batch_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
     """Fill micro-batches up to this many tokens instead of microBatchSize sequences, and split a
     batch over DP ranks by tokens (like verl's dynamic batch size); needs sequencePacking. A
-    sequence longer than the budget is a micro-batch of its own."""
+    sequence longer than the budget is a micro-batch of its own. As with microBatchSize, each
+    micro-batch's loss is aggregated over its own tokens, then averaged over micro-batches; a budget
+    that holds the whole mini-batch gives the mini-batch's own aggregate."""
     sequence_packing: bool = True
-    """Lay each micro-batch out as one row of its sequences back to back (no padding is computed);
-    false: one right-padded row per sequence."""
+    """Lay micro-batches out in packed rows (with sharedPrefix: the samples of one prompt in one
+    row); false: one right-padded row per sequence."""
     shared_prefix: bool = True
     """With sequencePacking: the samples of one prompt in a micro-batch share one copy of the prompt."""
     optimizer: OptimizerSpec = OptimizerSpec()
