@@ -152,6 +152,9 @@ def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: 
         _start_containerd(node, pause_image)
         _wait(node, "containerd", deadline, lambda: node.ctr("version", check=False).returncode == 0)
         node.sync_images(images)
+        # An import of a new trainer image (6 GB) takes minutes of its own, bounded by ctr's timeout:
+        # the node's start is timed from here.
+        deadline = time.monotonic() + timeout
         _start_kubelet(node)
         _wait(node, "kubelet", deadline, lambda: NODE_NAME in _ready_nodes(plane))
         _start_kube_proxy(node)
