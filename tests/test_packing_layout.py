@@ -70,21 +70,49 @@ def test_token_budget_fills_micro_batches_in_order():
 
 @settings(max_examples=200, deadline=None)
 @given(groups=st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(1, 5), min_size=1, max_size=4)), min_size=1, max_size=6),
-       budget=st.integers(1, 30), share=st.booleans())
-def test_token_budget_is_greedy_over_packed_lengths(groups, budget, share):
+       budget=st.integers(1, 30), share=st.booleans(), span=st.sampled_from([None, 2.0, 40.0]))
+def test_token_budget_is_greedy_over_computed_positions(groups, budget, share, span):
     # Prompts of distinct tokens (prompt k is k repeated), each with its samples' response lengths.
     prompts = [[k + 1] * length for k, (length, samples) in enumerate(groups) for _ in samples]
     responses = [[99] * r for _, samples in groups for r in samples]
     batch = pack(prompts, responses, pad_id=0)
-    mbs = token_micro_batches(batch, budget, share_prefix=share)
+    mbs = token_micro_batches(batch, budget, share_prefix=share, span=span)
     assert sum(len(mb) for mb in mbs) == len(batch)
+
+    def computed(mb) -> int:  # what the model computes: rows x longest row, as packed_inputs lays them out
+        rows, longest = packed_shape(mb, share, span)
+        assert packed_inputs(mb, share, span=span).tokens == rows * longest
+        return rows * longest
+
     start = 0
     for mb in mbs:
-        assert len(mb) == 1 or packed_length(mb, share) <= budget
+        assert len(mb) == 1 or computed(mb) <= budget
         end = start + len(mb)
         if end < len(batch):  # the next row did not fit: the micro-batch is as full as greedy makes it
-            assert packed_length(batch.select(list(range(start, end + 1))), share) > budget
+            assert computed(batch.select(list(range(start, end + 1)))) > budget
         start = end
+
+
+def test_a_run_is_shared_whole_when_attention_is_cheap_and_split_when_answers_are_long():
+    from kuberl.engine.runtime.packing import _Row, _split_run
+
+    short = [_Row((1,) * 40, 10) for _ in range(8)]  # the main job's shape: a long prompt, short answers
+    assert _split_run(list(range(8)), short, span=1536.0) == [list(range(8))]
+    long = [_Row((1,) * 16, 96) for _ in range(8)]  # bench/train's long-answer batch
+    chunks = _split_run(list(range(8)), long, span=1536.0)
+    assert 1 < len(chunks) < 8 and sum(chunks, []) == list(range(8))
+    assert _split_run(list(range(8)), long, span=None) == [list(range(8))]
+
+
+def test_attention_span_of_smollm2_balances_a_layer_against_its_attention():
+    from kuberl.engine.models.arch import LlamaArch
+    from kuberl.engine.runtime.packing import attention_span
+
+    arch = LlamaArch(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
+                     num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=2048,
+                     tie_word_embeddings=True, qkv_bias=False)
+    # A layer: 576 x (2 x 576 + 2 x 192) + 3 x 576 x 1536 weights; a pair of positions: 4 x 576 FLOPs, twice.
+    assert attention_span(arch) == 2 * (576 * (2 * 576 + 2 * 192) + 3 * 576 * 1536) / (8 * 576)
 
 
 @pytest.mark.parametrize("tokens,world,expected", [

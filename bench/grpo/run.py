@@ -3,7 +3,8 @@
 Both train SmolLM2-135M-Instruct with GRPO on the arithmetic prompts of
 examples/grpo-smollm2-arith.yaml: 4 prompts x 8 samples per step, at most 24 new tokens,
 temperature 0.9, lr 1e-5, no KL term, group-normalised advantages, token-mean loss, one optimizer
-update per step (TRL: 4 micro-batches of 8 accumulated; kuberl: micro-batch 8), 2 CPU threads each.
+update per step over all 32 sequences in one micro-batch (TRL: per-device batch 32, no accumulation,
+padded; kuberl: the example's token budget, shared prompts), 2 CPU threads each.
 Reported: seconds per step (the first step, a warm-up, is left out; checkpoint time is left out of
 kuberl's), completions per second, and the mean sampled reward over the last half of the steps.
 
@@ -75,7 +76,7 @@ def trl_run(steps: int, work: Path) -> dict:
     rollout, trainer_spec = spec["rollout"], spec["trainer"]
     config = GRPOConfig(
         output_dir=str(work / "trl"), max_steps=steps, learning_rate=trainer_spec["optimizer"]["lr"],
-        per_device_train_batch_size=8, gradient_accumulation_steps=4, num_generations=rollout["samplesPerPrompt"],
+        per_device_train_batch_size=32, gradient_accumulation_steps=1, num_generations=rollout["samplesPerPrompt"],
         max_completion_length=rollout["maxNewTokens"], temperature=rollout["temperature"], top_k=0,
         beta=0.0, loss_type="dapo", scale_rewards="group", max_grad_norm=trainer_spec["optimizer"]["gradClip"],
         use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to="none", seed=trainer_spec["seed"],

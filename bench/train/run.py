@@ -48,16 +48,12 @@ def roofline(threads: int) -> float:
 
 
 def timed_update(model, mbs, loss_fn) -> tuple[float, float]:
-    """One update as MegatronLM.train_step makes it, timed in two parts: (forward + backward over
-    the micro-batches, the optimizer's step)."""
-    model.model.train()
-    model.model.zero_grad_buffer()
-    model.optimizer.zero_grad()
-    started = time.perf_counter()
-    model._schedule(mbs, loss_fn, forward_only=False)
-    middle = time.perf_counter()
-    model.optimizer.step()
-    return middle - started, time.perf_counter() - middle
+    """One update (MegatronLM.train_step) in its two parts: (forward + backward over the
+    micro-batches, the optimizer's step)."""
+    from kuberl.engine.runtime.loss_scale import UpdateTotals
+
+    stats = model.train_step(mbs, loss_fn, 1e-7, UpdateTotals.alone(mbs))
+    return stats["backward_seconds"], stats["optimizer_seconds"]
 
 
 def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[list[int]]]]:
@@ -89,8 +85,9 @@ def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[l
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--micro-batch-size", type=int, default=8, help="rows per micro-batch (the main job's)")
-    parser.add_argument("--micro-batch-tokens", type=int, default=1024, help="the token budget of the last layout")
+    parser.add_argument("--micro-batch-size", type=int, default=8,
+                        help="rows per micro-batch of the first three layouts (the main job's microBatchSize before its token budget)")
+    parser.add_argument("--micro-batch-tokens", type=int, default=2048, help="the token budget of the last layout (the main job's)")
     args = parser.parse_args()
     threads = torch.get_num_threads()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
@@ -115,9 +112,9 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(folder)
     peak = roofline(threads)
 
-    def loss_fn(logits, mb):
+    def loss_fn(logits, mb, totals):
         logp = response_logprobs_from_logits(logits, mb)
-        return -(logp * mb.advantages).sum() / mb.mask.sum().clamp(min=1), {}
+        return -(logp * mb.advantages).sum() / mb.mask.sum().clamp(min=1) * totals.scale(mb, "token_mean"), {}
 
     results: dict = {}
     for name, (prompts, responses) in batches(tokenizer).items():
@@ -131,7 +128,7 @@ def main() -> None:
                    ("packed_shared_prefix_tokens", True, True, args.micro_batch_tokens))
         for layout, packed, shared, budget in layouts:
             model.packed, model.share_prefix = packed, shared
-            mbs = micro_batches(batch, args.micro_batch_size) if budget is None else token_micro_batches(batch, budget, shared)
+            mbs = micro_batches(batch, args.micro_batch_size) if budget is None else token_micro_batches(batch, budget, shared, model.span)
             inputs = model.model_inputs(mbs)
             tokens = sum(x.tokens for x in inputs)
             # Forward + backward = 3 x forward: the body's matmuls on every computed token, attention's

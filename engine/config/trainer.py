@@ -66,13 +66,14 @@ class TrainerSpec(SpecModel):
     mini_batch_size: int | None = Field(default=None, ge=1, le=100_000_000)
     """Sequences per optimizer update; default: all of a step's sequences in one update."""
     micro_batch_size: int = Field(default=1, ge=1, le=1_000_000)
-    """Sequences per rank in one forward and backward pass (gradient accumulation below the mini-batch)."""
+    """Sequences per rank in one forward and backward pass (gradient accumulation below the
+    mini-batch). Memory, not the update: each micro-batch's loss counts for its share of the
+    mini-batch's tokens (or sequences), so every cut gives the same update."""
     micro_batch_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
     """Fill micro-batches up to this many tokens instead of microBatchSize sequences, and split a
     batch over DP ranks by tokens (like verl's dynamic batch size); needs sequencePacking. A
-    sequence longer than the budget is a micro-batch of its own. As with microBatchSize, each
-    micro-batch's loss is aggregated over its own tokens, then averaged over micro-batches; a budget
-    that holds the whole mini-batch gives the mini-batch's own aggregate."""
+    sequence longer than the budget is a micro-batch of its own. Like microBatchSize it changes
+    how much is computed at once, not the update."""
     sequence_packing: bool = True
     """Lay micro-batches out in packed rows (with sharedPrefix: the samples of one prompt in one
     row); false: one right-padded row per sequence."""

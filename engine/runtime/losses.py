@@ -1,7 +1,9 @@
 """The loss functions a job's models train with, built from its algorithm spec.
 
 Each takes the last pipeline stage's output at the response positions (vocab-parallel logits for
-the policy, values for the critic) and a micro-batch, and returns (loss, stats). The actor's ranks
+the policy, values for the critic), a micro-batch and its update's totals, and returns (loss,
+stats): the loss scaled to the micro-batch's part of its mini-batch (loss_scale.py), the stats
+of the micro-batch alone. The actor's ranks
 and a critic on ranks of its own build them from the same spec.
 """
 
@@ -11,6 +13,7 @@ import torch
 
 from .. import algorithms as A
 from ..config.algorithm import AlgorithmSpec, PPOSpec
+from .loss_scale import UpdateTotals
 from .policy import LossFn, response_logprobs_from_logits, vocab_parallel_entropy
 from .sequences import SeqBatch
 
@@ -31,7 +34,7 @@ def policy_loss_fn(algorithm: AlgorithmSpec, horizon: int) -> LossFn:
         """The KL and entropy terms, aggregated as lossAggregation says."""
         return A.aggregate(_widen(values, term_width), _widen(mask, term_width), algorithm.loss_aggregation)
 
-    def loss_fn(logits: torch.Tensor, mb: SeqBatch):
+    def loss_fn(logits: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
         logp = response_logprobs_from_logits(logits, mb)
         advantages = mb.advantages
         stats = mismatch_stats(logp.detach(), mb.rollout_logprobs, mb.mask) if mb.rollout_logprobs is not None else {}
@@ -44,17 +47,19 @@ def policy_loss_fn(algorithm: AlgorithmSpec, horizon: int) -> LossFn:
         args = [logp, mb.old_logprobs, advantages, mb.mask]
         loss, st = surrogate.fn(*(_widen(t, width) for t in args), **choice.policy_loss_options)
         stats.update({"policy_loss": loss.detach(), **st})
+        loss = loss * totals.scale(mb, aggregation)
+        term_scale = totals.scale(mb, algorithm.loss_aggregation)
         if kl_loss:
             kl = A.kl_estimate(logp, mb.ref_logprobs, algorithm.kl_estimator)
             kl_term = term(kl, mb.mask)
-            loss = loss + algorithm.kl_coef * kl_term
+            loss = loss + algorithm.kl_coef * term_scale * kl_term
             stats["kl_loss"] = kl_term.detach()
         want_grad = algorithm.entropy_coef > 0
         with torch.set_grad_enabled(want_grad and torch.is_grad_enabled()):
             entropy = vocab_parallel_entropy(logits) * mb.mask
             ent = term(entropy, mb.mask)
         if want_grad:
-            loss = loss - algorithm.entropy_coef * ent
+            loss = loss - algorithm.entropy_coef * term_scale * ent
         stats["entropy"] = ent.detach()
         return loss, stats
 
@@ -82,9 +87,10 @@ def value_loss_fn(algorithm: AlgorithmSpec) -> LossFn:
     """The critic's (optionally clipped) value loss, scaled by the PPO value-loss coefficient."""
     ppo = algorithm.ppo or PPOSpec()
 
-    def loss_fn(values: torch.Tensor, mb: SeqBatch):
+    def loss_fn(values: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
         v = values.float() * mb.mask
         loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, ppo.value_clip, algorithm.loss_aggregation)
-        return loss * ppo.value_loss_coef, {"value_loss": loss.detach()}
+        scale = totals.scale(mb, algorithm.loss_aggregation)
+        return loss * ppo.value_loss_coef * scale, {"value_loss": loss.detach()}
 
     return loss_fn

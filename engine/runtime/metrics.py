@@ -20,6 +20,7 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_entropy": ("Mean per-token entropy of the policy in the last step", "entropy"),
     "kuberl_response_length_mean": ("Mean response length in tokens in the last step", "response_length_mean"),
     "kuberl_rollout_tokens_per_second": ("Generated tokens per second in the last step's rollout", "rollout_tokens_per_second"),
+    "kuberl_rollout_prefix_cache_hit_ratio": ("Share of the last rollout's prompt tokens vLLM took from its prefix cache (the controller's replica)", "rollout_prefix_cache_hit_ratio"),
     "kuberl_reshard_seconds": ("Seconds of the last training-to-generation switch", "reshard_seconds"),
     "kuberl_switch_back_seconds": ("Seconds of the last generation-to-training switch (vLLM sleep, optimizer state back)", "switch_back_seconds"),
     "kuberl_switch_hidden_share": ("Share of the last step's switches hidden behind reward scoring", "switch_hidden_share"),

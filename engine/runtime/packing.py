@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config.trainer import TrainerSpec
+from ..models.arch import LlamaArch
 from .sequences import SeqBatch, response_positions
 
 
@@ -65,43 +66,92 @@ def _prompt(mb: SeqBatch, row: int) -> list[int]:
     return mb.input_ids[row, :int(mb.prompt_lens[row])].tolist()
 
 
-def _segments(mb: SeqBatch, share_prefix: bool) -> list[list[int]]:
-    """Rows grouped into runs that share a prompt (each row alone without share_prefix)."""
+@dataclass(frozen=True)
+class _Row:
+    prompt: tuple[int, ...]
+    response: int
+
+
+def _rows(mb: SeqBatch) -> list[_Row]:
+    return [_Row(tuple(_prompt(mb, r)), int(mb.response_lens[r])) for r in range(len(mb))]
+
+
+def attention_span(arch: LlamaArch) -> float:
+    """The row length at which a row's attention costs what its linear layers do: a row of L
+    tokens costs about L + L^2 / span tokens' worth. A layer's weights cost 2 FLOPs each per token;
+    a pair of positions 4 x heads x head_dim (scores and weighted sums), counted twice, since the
+    softmax and the mask pass over the dense s x s scores too: bench/train's long-answer batch
+    measured attention at 2.3 times its FLOPs (a shared row that saved 665 tokens lost as much in
+    0.88M more pairs)."""
+    d = arch.num_heads * arch.head_dim
+    layer = arch.hidden_size * (2 * d + 2 * arch.num_kv_heads * arch.head_dim) + 3 * arch.hidden_size * arch.intermediate_size
+    return 2 * layer / (2 * 4 * d)
+
+
+def _row_cost(length: int, span: float | None) -> float:
+    return length + (length * length / span if span else 0.0)
+
+
+def _split_run(run: list[int], rows: list[_Row], span: float | None) -> list[list[int]]:
+    """A run of samples with one prompt, as consecutive chunks of k samples that each share one
+    copy of the prompt; k the cheapest (the whole run where attention is cheap, one sample per row
+    where the answers are long enough that one row's attention costs more than the copies of the
+    prompt it saves)."""
+    if span is None or len(run) == 1:
+        return [run]
+    prompt = len(rows[run[0]].prompt)
+    best, best_cost = [run], float("inf")
+    for k in range(len(run), 0, -1):  # the larger k on a tie: fewer rows
+        chunks = [run[i:i + k] for i in range(0, len(run), k)]
+        cost = sum(_row_cost(prompt + sum(rows[r].response for r in c), span) for c in chunks)
+        if cost < best_cost:
+            best, best_cost = chunks, cost
+    return best
+
+
+def _segments_of(rows: list[_Row], share_prefix: bool, span: float | None = None) -> list[list[int]]:
+    """Rows grouped into the packed layout's rows: runs of consecutive samples of one prompt, split
+    where attention would cost more than sharing saves (each row alone without share_prefix)."""
     runs: list[list[int]] = []
-    for row in range(len(mb)):
-        if share_prefix and runs and _prompt(mb, runs[-1][0]) == _prompt(mb, row):
-            runs[-1].append(row)
+    for i, row in enumerate(rows):
+        if share_prefix and runs and rows[runs[-1][0]].prompt == row.prompt:
+            runs[-1].append(i)
         else:
-            runs.append([row])
-    return runs
+            runs.append([i])
+    return [chunk for run in runs for chunk in _split_run(run, rows, span)]
 
 
-def packed_length(mb: SeqBatch, share_prefix: bool) -> int:
-    """Tokens of the packed layout without its padding: each run's prompt once, then its responses."""
-    return sum(_run_lengths(mb, share_prefix))
+def _segments(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> list[list[int]]:
+    return _segments_of(_rows(mb), share_prefix, span)
 
 
-def packed_shape(mb: SeqBatch, share_prefix: bool) -> tuple[int, int]:
+def packed_length(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> int:
+    """Tokens of the packed layout without its padding: each row's prompt once, then its responses."""
+    return sum(_lengths(_rows(mb), share_prefix, span))
+
+
+def packed_shape(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> tuple[int, int]:
     """(rows, longest row) of the packed layout."""
-    lengths = _run_lengths(mb, share_prefix)
+    lengths = _lengths(_rows(mb), share_prefix, span)
     return len(lengths), max(lengths)
 
 
-def _run_lengths(mb: SeqBatch, share_prefix: bool) -> list[int]:
-    return [int(mb.prompt_lens[run[0]]) + sum(int(mb.response_lens[r]) for r in run) for run in _segments(mb, share_prefix)]
+def _lengths(rows: list[_Row], share_prefix: bool, span: float | None) -> list[int]:
+    return [len(rows[seg[0]].prompt) + sum(rows[r].response for r in seg) for seg in _segments_of(rows, share_prefix, span)]
 
 
 def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int | None = None,
-                  rows: int | None = None) -> ModelInputs:
+                  rows: int | None = None, span: float | None = None) -> ModelInputs:
     """One row per run of sequences that share a prompt (each sequence alone without share_prefix):
     the prompt once, then each sample's response; rows right-padded to the longest (to `length` and
-    `rows` when given: a pipeline needs every micro-batch in one shape).
+    `rows` when given: a pipeline needs every micro-batch in one shape). `span` (attention_span):
+    split a run where one shared row would cost more than the prompt's copies it saves.
 
     Why rows and not one row for the whole micro-batch: megatron-core's local attention is dense
     over a row, so its cost grows with the square of the row's length; rows keep it to the sum over
     runs, and a run's padding is at most what the padded layout pads."""
     B, R = mb.mask.shape
-    runs = _segments(mb, share_prefix)
+    runs = _segments(mb, share_prefix, span)
     out_positions = torch.zeros(B, R, dtype=torch.long)
     out_rows = torch.zeros(B, R, dtype=torch.long)
     row_ids: list[list[int]] = []
@@ -147,26 +197,26 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions, out_rows)
 
 
-def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool) -> list[SeqBatch]:
-    """Consecutive rows in micro-batches of at most `budget` packed tokens (a row longer than the
-    budget alone); rows stay in order, so the samples of one prompt stay together where they fit.
+def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: float | None = None) -> list[SeqBatch]:
+    """Consecutive rows in micro-batches whose packed layout computes at most `budget` positions,
+    its padding included (rows x longest row); a row that alone exceeds the budget is a
+    micro-batch of its own. Rows stay in order; the layout of each candidate is the one
+    packed_inputs will build, so the count is what the model computes.
 
-    One pass: a row costs its response, plus its prompt unless it continues the previous row's run
-    in the same micro-batch (what `packed_length` of the micro-batch adds up)."""
+    Bounded: a micro-batch holds at most `budget` rows, and each candidate is laid out once."""
+    rows = _rows(batch)
     groups: list[list[int]] = []
-    used, previous = 0, None
-    for row in range(len(batch)):
-        prompt = _prompt(batch, row) if share_prefix else None
-        whole = int(batch.prompt_lens[row]) + int(batch.response_lens[row])
-        cost = int(batch.response_lens[row]) if share_prefix and prompt == previous else whole
-        if groups and used + cost <= budget:
-            groups[-1].append(row)
-            used += cost
-        else:
-            groups.append([row])
-            used = whole
-        previous = prompt
-    return [batch.select(rows) for rows in groups]
+    current: list[int] = []
+    for i in range(len(rows)):
+        candidate = current + [i]
+        lengths = _lengths([rows[r] for r in candidate], share_prefix, span)
+        if current and len(lengths) * max(lengths) > budget:
+            groups.append(current)
+            candidate = [i]
+        current = candidate
+    if current:
+        groups.append(current)
+    return [batch.select(g) for g in groups]
 
 
 def shard_by_tokens(tokens: list[int], rank: int, world: int) -> range:

@@ -80,6 +80,8 @@ class StepContext:
         rollout = Rollout(list(examples), prompts, completions)
         self._rollout_tokens += rollout.tokens
         self.record.add(rollout_tokens_per_second=self._rollout_tokens / max(self.timer.seconds["rollout"], 1e-9))
+        if run.generator.prefix_cache_hit_ratio is not None:
+            self.record.add(rollout_prefix_cache_hit_ratio=run.generator.prefix_cache_hit_ratio)
         return rollout
 
     def score(self, rollout: Rollout, *, then_train: bool = True) -> Scores:

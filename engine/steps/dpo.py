@@ -6,6 +6,7 @@ import torch
 
 from .. import algorithms as A
 from ..config.algorithm import DPOSpec
+from ..runtime.loss_scale import UpdateTotals
 from ..runtime.policy import response_logprobs_from_logits
 from ..runtime.roles import mean_of, mean_over
 from ..runtime.sequences import SeqBatch, micro_batches, pack, shard_rows
@@ -33,11 +34,12 @@ def dpo(ctx: StepContext) -> None:
     pairs = len(examples)
     size = trainer.mini_batch_size or pairs
 
-    def loss_fn(logits: torch.Tensor, mb: SeqBatch):
+    def loss_fn(logits: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
         seq = response_logprobs_from_logits(logits, mb).sum(-1)
         ref_seq = (mb.ref_logprobs * mb.mask).sum(-1)
         loss, st = A.dpo_loss(seq[0::2], seq[1::2], ref_seq[0::2], ref_seq[1::2], spec.beta, spec.label_smoothing)
-        return loss, {"dpo_loss": loss.detach(), **st}
+        # A mean over pairs: the micro-batch's part of the mini-batch is its share of the rows.
+        return loss * totals.scale(mb, None), {"dpo_loss": loss.detach(), **st}
 
     updates = []
     with ctx.timer("train"):
@@ -46,6 +48,8 @@ def dpo(ctx: StepContext) -> None:
             mine = shard_rows(len(mini), run.dp_rank, run.dp_size)
             rows = [r for p in mine for r in (2 * mini[p], 2 * mini[p] + 1)]
             lr = ctx.learning_rate()
-            updates.append(run.actor.train_step(micro_batches(batch.select(rows), 2 * trainer.micro_batch_size), loss_fn, lr))
+            mbs = micro_batches(batch.select(rows), 2 * trainer.micro_batch_size)
+            totals = UpdateTotals.of(batch.select([r for p in mini for r in (2 * p, 2 * p + 1)]), len(mbs), run.dp_size)
+            updates.append(run.actor.train_step(mbs, loss_fn, lr, totals))
             run.updates += 1
     ctx.record.add({"lr": lr, **mean_over(mean_of(updates))})

@@ -88,3 +88,22 @@ def test_sampling_gives_n_completions_per_prompt(prompts, rollout) -> None:
     assert [c.prompt_index for c in completions] == [0, 0, 0, 1, 1, 1]
     assert all(len(c.logprobs) == len(c.token_ids) for c in completions)
     assert all(lp <= 0.0 for c in completions for lp in c.logprobs)
+
+
+def test_the_samples_of_a_prompt_share_its_prefill(prompts, rollout) -> None:
+    """n samples of one prompt: the first computes the prompt, the others take its whole KV blocks
+    from the prefix cache (the CPU backend's default 128-token blocks are longer than this prompt,
+    so without the engine's 32-token blocks nothing would be shared)."""
+    prompt = (prompts[0] * 4)[:80]  # 80 tokens: two whole 32-token blocks
+    n = 4
+    rollout.llm.reset_prefix_cache()
+    before = rollout.prefix_cache_counters()
+    rollout.generate([prompt], Sampling(max_new_tokens=2, temperature=1.0, n=n))
+    queried, hits = (a - b for a, b in zip(rollout.prefix_cache_counters(), before))
+    assert queried >= n * len(prompt) - n  # every sample looked its prompt up
+    assert hits >= (n - 1) * 64, (queried, hits)
+    rollout.llm.reset_prefix_cache()
+    before = rollout.prefix_cache_counters()
+    rollout.generate([prompt], Sampling(max_new_tokens=2, temperature=1.0, n=1))
+    queried, hits = (a - b for a, b in zip(rollout.prefix_cache_counters(), before))
+    assert hits == 0 and queried > 0  # alone, after a reset, a prompt finds nothing

@@ -87,6 +87,7 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     from kuberl.engine.config.trainer import OptimizerSpec
     from kuberl.engine.hybrid.reshard import Resharder
     from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
+    from kuberl.engine.runtime.loss_scale import UpdateTotals
     from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
     from kuberl.engine.runtime.sequences import micro_batches, pack
 
@@ -106,8 +107,10 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
         if round_ == 1:
             # A real update: raise the log-probability of the first round's greedy answers.
             batch = pack(prompts, [c.token_ids[::-1] for c in completions], pad_id=0)
-            stats = policy.train_step(micro_batches(batch, 3), lambda logits, mb: (
-                -(response_logprobs_from_logits(logits, mb).sum() / mb.mask.sum()), {}), lr=5e-2)
+            mbs = micro_batches(batch, 3)
+            stats = policy.train_step(mbs, lambda logits, mb, totals: (
+                -(response_logprobs_from_logits(logits, mb).sum() / mb.mask.sum()), {}), lr=5e-2,
+                totals=UpdateTotals.alone(mbs))
             report["grad_norm"] = stats["grad_norm"]
         sent: dict = {}
 

@@ -43,7 +43,7 @@ def main() -> None:
     # The loss path: entropy and log-probs from the same logits, entropy first read after the cross entropy.
     seen = {}
 
-    def loss_fn(logits, mb):
+    def loss_fn(logits, mb, totals):
         lp = response_logprobs_from_logits(logits, mb)
         ent = vocab_parallel_entropy(logits) * mb.mask
         seen.setdefault("entropy", []).append(ent.detach())
