@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--micro-batch-size", type=int, default=8,
                         help="rows per micro-batch of the first three layouts (the main job's microBatchSize before its token budget)")
     parser.add_argument("--micro-batch-tokens", type=int, default=2048, help="the token budget of the last layout (the main job's)")
+    parser.add_argument("--batches", nargs="*", default=None, help="only these batches (default: all three)")
     args = parser.parse_args()
     threads = torch.get_num_threads()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
@@ -118,6 +119,8 @@ def main() -> None:
 
     results: dict = {}
     for name, (prompts, responses) in batches(tokenizer).items():
+        if args.batches and name not in args.batches:
+            continue
         batch = pack(prompts, responses, pad_id=0)
         batch.advantages = torch.ones_like(batch.mask)
         useful = sum(len(p) + len(r) for p, r in zip(prompts, responses))
@@ -152,8 +155,9 @@ def main() -> None:
            "threads": threads, "model": "SmolLM2-135M-Instruct", "parameters": params, "fp32_matmul_roofline_flops": peak,
            "micro_batch_size": args.micro_batch_size, "micro_batch_tokens": args.micro_batch_tokens, "repeat": args.repeat, "batches": results}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "train.json").write_text(json.dumps(out, indent=2) + "\n")
-    print(f"roofline {peak / 1e9:.1f} GFLOP/s; wrote {RESULTS / 'train.json'}")
+    target = RESULTS / ("train.json" if not args.batches else "train_" + "_".join(args.batches) + ".json")
+    target.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"roofline {peak / 1e9:.1f} GFLOP/s; wrote {target}")
     dist.destroy_process_group()
 
 

@@ -79,13 +79,13 @@ def _rows(mb: SeqBatch) -> list[_Row]:
 def attention_span(arch: LlamaArch) -> float:
     """The row length at which a row's attention costs what its linear layers do: a row of L
     tokens costs about L + L^2 / span tokens' worth. A layer's weights cost 2 FLOPs each per token;
-    a pair of positions 4 x heads x head_dim (scores and weighted sums), counted twice, since the
-    softmax and the mask pass over the dense s x s scores too: bench/train's long-answer batch
-    measured attention at 2.3 times its FLOPs (a shared row that saved 665 tokens lost as much in
-    0.88M more pairs)."""
+    a pair of positions 4 x heads x head_dim FLOPs (scores and weighted sums), weighed 4 times,
+    since the softmax, the mask and the saved scores pass over the dense s x s too: bench/train's
+    long-answer batch measured one shared row at 2.3 times attention's FLOPs, and rows of 2 samples
+    still slower than rows of one (14.3 s against 13.4 s) with a weight of 2."""
     d = arch.num_heads * arch.head_dim
     layer = arch.hidden_size * (2 * d + 2 * arch.num_kv_heads * arch.head_dim) + 3 * arch.hidden_size * arch.intermediate_size
-    return 2 * layer / (2 * 4 * d)
+    return 2 * layer / (4 * 4 * d)
 
 
 def _row_cost(length: int, span: float | None) -> float:
