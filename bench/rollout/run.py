@@ -72,6 +72,7 @@ def run_variant(name: str, batches: int, out: Path) -> None:
     from vllm import LLM, SamplingParams
 
     from kuberl.engine.models.loading import gguf_to_hf_folder, smollm2_gguf
+    from kuberl.engine.rollout.vllm_backend import prefix_cache_counters
 
     prompt_batches, rollout = prompts_of_main_job(batches)
     variant = VARIANTS[name]
@@ -89,29 +90,18 @@ def run_variant(name: str, batches: int, out: Path) -> None:
         return sum(len(s.token_ids) for o in outputs for s in o.outputs)
 
     generate(prompt_batches[0])  # warm-up
-    before = _prompt_counters(llm)
+    before = prefix_cache_counters(llm)
     tokens, started = 0, time.perf_counter()
     for prompts in prompt_batches[1:]:
         llm.reset_prefix_cache()  # as after every weight update: nothing carries over between steps
         tokens += generate(prompts)
     seconds = time.perf_counter() - started
-    after = _prompt_counters(llm)
+    after = prefix_cache_counters(llm)
     out.write_text(json.dumps({
         "generated_tokens": tokens, "seconds": round(seconds, 3), "tokens_per_second": round(tokens / seconds, 1),
         "seconds_per_batch": round(seconds / batches, 3),
         "prompt_tokens_queried": after[0] - before[0], "prompt_tokens_from_cache": after[1] - before[1],
         "block_size": llm.llm_engine.vllm_config.cache_config.block_size}))
-
-
-def _prompt_counters(llm) -> tuple[int, int]:
-    """(prompt tokens looked up in the prefix cache, of those found there), from vLLM's own metrics."""
-    queried = hits = 0
-    for metric in llm.get_metrics():
-        if metric.name == "vllm:prefix_cache_queries":
-            queried += int(metric.value)
-        elif metric.name == "vllm:prefix_cache_hits":
-            hits += int(metric.value)
-    return queried, hits
 
 
 def main() -> None:

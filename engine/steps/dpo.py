@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import torch
 
 from .. import algorithms as A
@@ -46,10 +48,14 @@ def dpo(ctx: StepContext) -> None:
         for start in range(0, pairs, size):
             mini = range(start, min(start + size, pairs))
             mine = shard_rows(len(mini), run.dp_rank, run.dp_size)
-            rows = [r for p in mine for r in (2 * mini[p], 2 * mini[p] + 1)]
             lr = ctx.learning_rate()
-            mbs = micro_batches(batch.select(rows), 2 * trainer.micro_batch_size)
-            totals = UpdateTotals.of(batch.select([r for p in mini for r in (2 * p, 2 * p + 1)]), len(mbs), run.dp_size)
+            mbs = micro_batches(batch.select(_pair_rows(mini[p] for p in mine)), 2 * trainer.micro_batch_size)
+            totals = UpdateTotals.of(batch.select(_pair_rows(mini)), len(mbs), run.dp_size)
             updates.append(run.actor.train_step(mbs, loss_fn, lr, totals))
             run.updates += 1
     ctx.record.add({"lr": lr, **mean_over(mean_of(updates))})
+
+
+def _pair_rows(pairs: Iterable[int]) -> list[int]:
+    """The batch rows of these preference pairs: chosen, then rejected."""
+    return [r for p in pairs for r in (2 * p, 2 * p + 1)]
