@@ -15,7 +15,7 @@ from kuberl.engine.runtime.packing import (
     shard_by_tokens,
     token_micro_batches,
 )
-from kuberl.engine.runtime.sequences import pack
+from kuberl.engine.runtime.sequences import on_response_grid, pack, response_slots
 
 
 def _batch():
@@ -32,9 +32,10 @@ def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
     assert allowed[0, 5].tolist() == [1, 1, 1, 0, 0, 1, 0]  # sample 2 sees the prompt and itself
     assert allowed[1, 5].tolist() == [0, 0, 0, 0, 0, 1, 0]  # padding sees only itself
     assert allowed[1, :5, 5:].sum() == 0  # and nothing sees padding
-    # Sample b's token j is predicted at the prompt's last position (j = 0), then at its own tokens.
-    assert x.out_positions.tolist() == [[2, 3, 0], [2, 5, 0], [1, 2, 3]]
-    assert x.out_rows[:, 0].tolist() == [0, 0, 1]
+    # Sample b's token j is predicted at the prompt's last position (j = 0), then at its own tokens;
+    # one entry per response token (2, 2 and 3 of them), none for the grid's padding.
+    assert x.out_positions.tolist() == [2, 3, 2, 5, 1, 2, 3]
+    assert x.out_rows.tolist() == [0, 0, 0, 0, 1, 1, 1]
     assert packed_length(_batch(), True) == 12 and packed_length(_batch(), False) == 15
     assert packed_shape(_batch(), True) == (2, 7)
 
@@ -42,7 +43,7 @@ def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
 def test_without_sharing_every_sequence_is_a_row_of_its_own():
     x = packed_inputs(_batch(), share_prefix=False)
     assert x.input_ids.shape == (3, 5) and x.positions[1].tolist() == [0, 1, 2, 3, 4]
-    assert x.out_rows[:, 0].tolist() == [0, 1, 2]
+    assert x.out_rows.tolist() == [0, 0, 1, 1, 2, 2, 2]
 
 
 def test_a_fixed_shape_pads_rows_and_length_with_tokens_that_see_only_themselves():
@@ -58,7 +59,15 @@ def test_a_fixed_shape_pads_rows_and_length_with_tokens_that_see_only_themselves
 def test_padded_layout_is_one_row_per_sequence():
     x = padded_inputs(_batch())
     assert x.input_ids.shape == (3, 5) and x.tokens == 15
-    assert x.out_rows.tolist() == [[0, 0, 0], [1, 1, 1], [2, 2, 2]]
+    assert x.out_rows.tolist() == [0, 0, 1, 1, 2, 2, 2]
+    assert x.out_positions.tolist() == [2, 3, 2, 3, 1, 2, 3]
+
+
+def test_flat_outputs_go_back_to_their_response_columns():
+    batch = _batch()
+    grid = on_response_grid(torch.arange(1.0, 8.0), batch)
+    assert grid.tolist() == [[1, 2, 0], [3, 4, 0], [5, 6, 7]]
+    assert response_slots(batch).sum() == 7
 
 
 def test_token_budget_fills_micro_batches_in_order():

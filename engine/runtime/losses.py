@@ -1,7 +1,7 @@
 """The loss functions a job's models train with, built from its algorithm spec.
 
-Each takes the last pipeline stage's output at the response positions (vocab-parallel logits for
-the policy, values for the critic), a micro-batch and its update's totals, and returns (loss,
+Each takes the last pipeline stage's output at the response tokens (vocab-parallel logits [N, v/tp]
+for the policy, values [N] for the critic, policy.LossFn), a micro-batch and its update's totals, and returns (loss,
 stats): the loss scaled to the micro-batch's part of its mini-batch (loss_scale.py), the stats
 of the micro-batch alone. The actor's ranks
 and a critic on ranks of its own build them from the same spec.
@@ -15,7 +15,7 @@ from .. import algorithms as A
 from ..config.algorithm import AlgorithmSpec, PPOSpec
 from .loss_scale import UpdateTotals
 from .policy import LossFn, response_logprobs_from_logits, vocab_parallel_entropy
-from .sequences import SeqBatch
+from .sequences import SeqBatch, on_response_grid
 
 
 def policy_loss_fn(algorithm: AlgorithmSpec, horizon: int) -> LossFn:
@@ -56,7 +56,7 @@ def policy_loss_fn(algorithm: AlgorithmSpec, horizon: int) -> LossFn:
             stats["kl_loss"] = kl_term.detach()
         want_grad = algorithm.entropy_coef > 0
         with torch.set_grad_enabled(want_grad and torch.is_grad_enabled()):
-            entropy = vocab_parallel_entropy(logits) * mb.mask
+            entropy = on_response_grid(vocab_parallel_entropy(logits), mb) * mb.mask
             ent = term(entropy, mb.mask)
         if want_grad:
             loss = loss - algorithm.entropy_coef * term_scale * ent
@@ -88,7 +88,7 @@ def value_loss_fn(algorithm: AlgorithmSpec) -> LossFn:
     ppo = algorithm.ppo or PPOSpec()
 
     def loss_fn(values: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
-        v = values.float() * mb.mask
+        v = on_response_grid(values.float(), mb) * mb.mask
         loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, ppo.value_clip, algorithm.loss_aggregation)
         scale = totals.scale(mb, algorithm.loss_aggregation)
         return loss * ppo.value_loss_coef * scale, {"value_loss": loss.detach()}

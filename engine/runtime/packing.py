@@ -12,7 +12,9 @@ rest of the padding too, but megatron-core's local attention is dense over a row
 with the square of the row's length, which bench/train measured to be a loss on CPU.)
 
 Both layouts give the model the same thing to compute per response token: the hidden state at
-`out_positions[b, j]` of row `out_rows[b, j]` predicts response token j of sequence b. Pure
+`out_positions[n]` of row `out_rows[n]` predicts the n-th response token of the micro-batch, in the
+order of `response_slots` (sequence by sequence, only each response's own tokens: the output
+layer computes no padding in either layout). Pure
 functions of the token ids; the per-sequence tensors of the SeqBatch (masks, advantages, ...)
 do not change with the layout.
 """
@@ -25,7 +27,7 @@ import torch
 
 from ..config.trainer import TrainerSpec
 from ..models.arch import LlamaArch
-from .sequences import SeqBatch, response_positions
+from .sequences import SeqBatch, response_positions, response_slots
 
 
 @dataclass(frozen=True)
@@ -37,9 +39,9 @@ class ModelInputs:
     attention_mask: torch.Tensor
     """[rows or 1, 1, s, s], True where attention is forbidden (Megatron's convention)."""
     out_positions: torch.Tensor
-    """[B, R] the position, in its row, whose output predicts each response token."""
+    """[N] the position, in its row, whose output predicts each response token (response_slots order)."""
     out_rows: torch.Tensor
-    """[B, R] the row of that position."""
+    """[N] the row of that position."""
 
     @property
     def tokens(self) -> int:
@@ -57,8 +59,9 @@ def padded_inputs(mb: SeqBatch) -> ModelInputs:
     b, s = mb.input_ids.shape
     positions = torch.arange(s).unsqueeze(0).expand(b, s)
     causal = torch.triu(torch.ones(s, s, dtype=torch.bool), diagonal=1)[None, None]
-    out_positions = response_positions(mb)
-    out_rows = torch.arange(b)[:, None].expand_as(out_positions)
+    slots = response_slots(mb)
+    out_positions = response_positions(mb)[slots]
+    out_rows = torch.arange(b)[:, None].expand_as(slots)[slots]
     return ModelInputs(mb.input_ids, positions, causal, out_positions, out_rows)
 
 
@@ -194,7 +197,8 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     # sees only itself (a row of all -inf would be NaN), and nothing sees padding.
     allowed = causal & ((key == -1) & (query != -2) | (key == query) & (key != -2))
     allowed |= torch.eye(s, dtype=torch.bool)[None] & (query == -2)
-    return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions, out_rows)
+    slots = response_slots(mb)
+    return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions[slots], out_rows[slots])
 
 
 def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: float | None = None) -> list[SeqBatch]:

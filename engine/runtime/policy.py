@@ -24,9 +24,11 @@ from ..training.single_dp_rank import skip_identity_collectives
 from .loss_scale import UpdateTotals
 from .packing import (ModelInputs, attention_span, packed_inputs, packed_shape, padded_inputs, shard_by_tokens,
                       token_micro_batches)
-from .sequences import MiniBatch, SeqBatch, micro_batches, pad_rows, response_tokens, shard_rows
+from .sequences import (MiniBatch, SeqBatch, micro_batches, on_response_grid, pad_rows, response_slots, response_tokens,
+                        shard_rows)
 
-# loss(output of the last stage at the response positions: logits [b, R, v/tp] or values [b, R],
+# loss(output of the last stage at the response tokens, in response_slots order: logits [N, v/tp]
+#      or values [N] (sequences.on_response_grid makes them [B, R]),
 #      micro-batch, its update's totals) -> (loss scaled to the micro-batch's part of the update, stats)
 LossFn = Callable[[torch.Tensor, SeqBatch, UpdateTotals], tuple[torch.Tensor, dict[str, torch.Tensor]]]
 
@@ -43,7 +45,8 @@ class ValueHead(torch.nn.Module):
 
 
 def response_logprobs_from_logits(logits: torch.Tensor, batch: SeqBatch) -> torch.Tensor:
-    """[b, R] log-prob of each response token under vocab-parallel logits [b, R, v/tp] (0 outside the mask)."""
+    """[B, R] log-prob of each response token (0 outside the mask) from vocab-parallel logits
+    [N, v/tp] at the response tokens (the output layer's, in response_slots order)."""
     from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
     x = logits.float()
@@ -51,7 +54,8 @@ def response_logprobs_from_logits(logits: torch.Tensor, batch: SeqBatch) -> torc
         # megatron's cross entropy overwrites its input with exp(logits) to save memory; the caller
         # may still need the logits (the entropy term).
         x = x.clone()
-    return -vocab_parallel_cross_entropy(x, response_tokens(batch)) * batch.mask
+    labels = response_tokens(batch)[response_slots(batch)]
+    return on_response_grid(-vocab_parallel_cross_entropy(x[:, None], labels[:, None])[:, 0], batch) * batch.mask
 
 
 def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> None:
@@ -64,10 +68,11 @@ def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> Non
     original = layer.forward
 
     def forward(hidden_states: torch.Tensor, *args, **kwargs):
-        # [R, B] positions and rows of the hidden states [s, rows, h] that predict each response
-        # token, set by the schedule for the micro-batch being computed (packing.ModelInputs).
+        # [N] positions and rows of the hidden states [s, rows, h] that predict each response token,
+        # set by the schedule for the micro-batch being computed (packing.ModelInputs); computed
+        # as a sequence of N tokens in one row: [N, 1, h].
         positions, rows = place.positions
-        return original(hidden_states[positions, rows], *args, **kwargs)
+        return original(hidden_states[positions, rows][:, None], *args, **kwargs)
 
     layer.forward = forward
 
@@ -206,11 +211,12 @@ class MegatronLM:
         def forward_step(data_iterator, model):
             mb, x = next(data_iterator)
             mb = mb.to(device)
-            self.positions = (x.out_positions.T.contiguous().to(device), x.out_rows.T.contiguous().to(device))
+            self.positions = (x.out_positions.to(device), x.out_rows.to(device))
             self.rope_positions = x.positions.to(device)
             output = model(x.input_ids.to(device), x.positions.to(device), x.attention_mask.to(device), labels=None)
-            if value_head and ps.is_pipeline_last_stage():
-                output = output.squeeze(-1)
+            if ps.is_pipeline_last_stage():
+                # [1, N, v/tp] logits or [1, N, 1] values at the response tokens -> [N, v/tp] or [N]
+                output = output[0].squeeze(-1) if value_head else output[0]
             return output, lambda out: loss_fn(out, mb, totals)
 
         results = get_forward_backward_func()(
@@ -260,7 +266,7 @@ class MegatronLM:
     def response_values(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
         """Critic: per micro-batch, [b, R] value of the state before each response token."""
         def collect(values: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
-            return values.sum() * 0, {"out": values.float() * mb.mask}
+            return values.sum() * 0, {"out": on_response_grid(values.float(), mb) * mb.mask}
 
         self.model.eval()
         return [r["out"].cpu() for r in self._schedule(batches, collect, forward_only=True)]

@@ -66,6 +66,18 @@ def response_positions(batch: SeqBatch) -> torch.Tensor:
     return positions.clamp(0, L - 1)
 
 
+def response_slots(batch: SeqBatch) -> torch.Tensor:
+    """[B, R] True on each response's own tokens (j < response_len): the positions the output layer
+    computes, in row-major order. The mask is at most these (an algorithm may mask more out)."""
+    return torch.arange(batch.mask.shape[1], device=batch.response_lens.device)[None, :] < batch.response_lens[:, None]
+
+
+def on_response_grid(flat: torch.Tensor, batch: SeqBatch) -> torch.Tensor:
+    """[N] per-token values in response_slots order as the [B, R] grid (0 elsewhere); differentiable."""
+    slots = response_slots(batch)
+    return flat.new_zeros(slots.shape).masked_scatter(slots, flat)
+
+
 def response_tokens(batch: SeqBatch) -> torch.Tensor:
     """[B, R] the response's token ids (0 outside the mask): the labels of the response positions."""
     L = batch.input_ids.shape[1]

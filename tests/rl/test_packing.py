@@ -75,7 +75,9 @@ def test_an_update_does_not_depend_on_how_its_mini_batch_is_cut(tiny_model: Path
             assert any(g.abs().sum() > 0 for g in whole.values())
             for cut in ("one", "two", "tokens"):
                 for param, grad in whole.items():
-                    assert torch.allclose(cuts[cut][param], grad, atol=1e-6, rtol=1e-4), (rank, aggregation, cut, param)
+                    # 1e-5 as for the layouts: the sums run in another order (measured up to 2e-6 on
+                    # the tied embedding, whose largest entries are about 0.6).
+                    assert torch.allclose(cuts[cut][param], grad, atol=1e-5, rtol=1e-4), (rank, aggregation, cut, param)
 
 
 def test_without_the_totals_a_cut_would_change_the_update() -> None:
@@ -103,4 +105,4 @@ def test_one_dp_rank_and_two_reduce_to_one_gradient(tiny_model: Path, tmp_path: 
     pair = layouts(tiny_model, tmp_path, 1, 1, 2)[0]["splits"]
     for aggregation, cuts in alone.items():
         for param, grad in cuts["whole"].items():
-            assert torch.allclose(pair[aggregation]["tokens"][param], grad, atol=1e-6, rtol=1e-4), (aggregation, param)
+            assert torch.allclose(pair[aggregation]["tokens"][param], grad, atol=1e-5, rtol=1e-4), (aggregation, param)

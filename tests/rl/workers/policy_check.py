@@ -29,7 +29,7 @@ def main() -> None:
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.loading import read_hf_config, read_hf_state_dict
     from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits, vocab_parallel_entropy
-    from kuberl.engine.runtime.sequences import micro_batches, pack
+    from kuberl.engine.runtime.sequences import micro_batches, on_response_grid, pack
     from kuberl.engine.runtime.world import init_model_parallel
 
     init_model_parallel(args.tp, args.pp, seed=0)
@@ -45,7 +45,7 @@ def main() -> None:
 
     def loss_fn(logits, mb, totals):
         lp = response_logprobs_from_logits(logits, mb)
-        ent = vocab_parallel_entropy(logits) * mb.mask
+        ent = on_response_grid(vocab_parallel_entropy(logits), mb) * mb.mask
         seen.setdefault("entropy", []).append(ent.detach())
         seen.setdefault("logprobs", []).append(lp.detach())
         return lp.sum() * 0, {}
