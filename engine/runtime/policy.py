@@ -412,7 +412,12 @@ def _param_states(opt) -> list[dict[str, torch.Tensor]]:
     out = []
     for param in _model_params(opt):
         main = _main_param(opt, param)
-        out.append({"param": main.detach().clone(), **{k: v.detach().clone() for k, v in opt.optimizer.state[main].items()}})
+        state = {k: v.detach().clone() for k, v in opt.optimizer.state[main].items()}
+        # In float32 the main parameter is a view of the model's own weight, which the checkpoint
+        # holds already ("model"): a second copy was a quarter of the main job's checkpoint.
+        if main.untyped_storage().data_ptr() != param.untyped_storage().data_ptr():
+            state["param"] = main.detach().clone()
+        out.append(state)
     return out
 
 
@@ -423,7 +428,8 @@ def _load_param_states(opt, states: list[dict[str, torch.Tensor]]) -> None:
         raise RuntimeError(f"checkpoint has optimizer state for {len(states)} parameters, the model has {len(params)}")
     for param, saved in zip(params, states):
         main = _main_param(opt, param)
-        main.copy_(saved["param"])
+        if "param" in saved:  # else a view of the model's weight, loaded with the model
+            main.copy_(saved["param"])
         opt.optimizer.state[main] = {k: v.clone() for k, v in saved.items() if k != "param"}
 
 
