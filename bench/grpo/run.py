@@ -2,11 +2,14 @@
 
 Both train SmolLM2-135M-Instruct with GRPO on the arithmetic prompts of
 examples/grpo-smollm2-arith.yaml: 4 prompts x 8 samples per step, at most 24 new tokens,
-temperature 0.9, lr 1e-5, no KL term, group-normalised advantages, token-mean loss, one optimizer
-update per step over all 32 sequences in one micro-batch (TRL: per-device batch 32, no accumulation,
+temperature 0.9 (both train the tempered policy's log-probs), lr 1e-5, no KL term,
+group-normalised advantages, token-mean loss, one optimizer update per step over all 32 sequences
+in one micro-batch (TRL: per-device batch 32, no accumulation,
 padded; kuberl: the example's token budget, shared prompts), 2 CPU threads each.
-Reported: seconds per step (the first step, a warm-up, is left out; checkpoint time is left out of
-kuberl's), completions per second, and the mean sampled reward over the last half of the steps.
+Both see the same prompts in the same order (kuberl's loader's; TRL does not shuffle). Reported:
+seconds per step (the first step, a warm-up, is left out; checkpoint time is left out of kuberl's),
+completions per second, the mean sampled reward over all steps and over the last half, and the
+mean per-step difference of the two rewards with its standard error.
 
 Needs TRL: `make bench-setup`. Usage: .venv/bin/python bench/grpo/run.py [--steps 8]
 Writes bench/results/grpo.json.
@@ -57,7 +60,7 @@ def trl_run(steps: int, work: Path) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from kuberl.engine.config.data import GeneratorSpec
-    from kuberl.engine.data import arithmetic
+    from kuberl.engine.data import PromptLoader, arithmetic
     from kuberl.engine.models.loading import gguf_to_hf_folder, smollm2_gguf
     from kuberl.engine.rewards import math_answer
 
@@ -66,10 +69,17 @@ def trl_run(steps: int, work: Path) -> dict:
     system = spec["data"]["systemPrompt"]
     gen = spec["data"]["train"]["generator"]
     examples = arithmetic(GeneratorSpec(name="arithmetic", count=gen["count"], seed=gen["seed"], max_operand=gen["maxOperand"]))
+    # The prompts kuberl's loader gives its steps, in its order, and TRL told not to shuffle: both
+    # sides see the same 4 prompts at every step, so their rewards compare step by step.
+    loader = PromptLoader(examples, spec["trainer"]["promptsPerStep"], spec["trainer"]["seed"])
+    ordered = [e for _ in range(steps) for e in loader.next_batch()]
     dataset = Dataset.from_list([{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": e.prompt}],
-                                  "answer": e.answer} for e in examples])
+                                  "answer": e.answer} for e in ordered])
+
+    seen: list[str] = []
 
     def reward(prompts, completions, answer, **_):
+        seen.extend(p[-1]["content"] for p in prompts)
         return [math_answer("", c[0]["content"], a) for c, a in zip(completions, answer)]
 
     folder = gguf_to_hf_folder(smollm2_gguf())
@@ -81,6 +91,7 @@ def trl_run(steps: int, work: Path) -> dict:
         beta=0.0, loss_type="dapo", scale_rewards="group", max_grad_norm=trainer_spec["optimizer"]["gradClip"],
         use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to="none", seed=trainer_spec["seed"],
         disable_dropout=True, dataloader_num_workers=0, lr_scheduler_type="constant", warmup_steps=0,
+        shuffle_dataset=False,
     )
     times: list[float] = []
 
@@ -99,15 +110,29 @@ def trl_run(steps: int, work: Path) -> dict:
     trainer.train()
     wall = time.perf_counter() - started
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
+    samples = rollout["samplesPerPrompt"]
+    if seen[::samples] != [e.prompt for e in ordered]:
+        raise SystemExit("TRL did not see kuberl's prompts in kuberl's order: the rewards would not compare")
     return {"seconds_per_step": times, "rewards": rewards, "wall_seconds": wall}
 
 
 def summary(run: dict, completions_per_step: int) -> dict:
     steady = run["seconds_per_step"][1:] or run["seconds_per_step"]
     per_step = sum(steady) / len(steady)
-    half = run["rewards"][len(run["rewards"]) // 2:]
+    rewards = run["rewards"]
+    half = rewards[len(rewards) // 2:]
     return {"seconds_per_step": round(per_step, 2), "completions_per_second": round(completions_per_step / per_step, 3),
-            "reward_last_half_mean": round(sum(half) / len(half), 4), "rewards": [round(r, 4) for r in run["rewards"]]}
+            "reward_mean": round(sum(rewards) / len(rewards), 4), "reward_last_half_mean": round(sum(half) / len(half), 4),
+            "rewards": [round(r, 4) for r in rewards]}
+
+
+def paired_reward_difference(ours: list[float], theirs: list[float]) -> dict:
+    """Mean over steps of (kuberl's - TRL's) sampled reward on the same prompts, with its standard
+    error: the noise of 32 samples a step is what decides whether a difference means anything."""
+    diffs = [a - b for a, b in zip(ours, theirs)]
+    mean = sum(diffs) / len(diffs)
+    spread = (sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)) ** 0.5 if len(diffs) > 1 else float("nan")
+    return {"mean": round(mean, 4), "standard_error": round(spread / len(diffs) ** 0.5, 4)}
 
 
 def main() -> None:
@@ -128,6 +153,7 @@ def main() -> None:
         "trl": summary(theirs, completions),
     }
     result["throughput_ratio"] = round(result["kuberl"]["completions_per_second"] / result["trl"]["completions_per_second"], 2)
+    result["reward_difference_per_step"] = paired_reward_difference(ours["rewards"], theirs["rewards"])
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

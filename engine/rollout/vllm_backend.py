@@ -80,6 +80,9 @@ class VLLMRollout:
                        tensor_parallel_size=tensor_parallel_size, enforce_eager=True,
                        skip_tokenizer_init=skip_tokenizer_init,
                        disable_log_stats=False,  # feeds prefix_cache_counters; its log lines stay below ERROR
+                       # The sampled tokens' log-probs under the distribution they were drawn from
+                       # (after temperature, top-k and top-p), the one the trainer's ratio divides by.
+                       logprobs_mode="processed_logprobs",
                        **kwargs)
         self.bytes_loaded_last_update = 0
         self.asleep = False

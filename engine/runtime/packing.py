@@ -153,10 +153,10 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     Why rows and not one row for the whole micro-batch: megatron-core's local attention is dense
     over a row, so its cost grows with the square of the row's length; rows keep it to the sum over
     runs, and a run's padding is at most what the padded layout pads."""
-    B, R = mb.mask.shape
+    B = mb.mask.shape[0]
     runs = _segments(mb, share_prefix, span)
-    out_positions = torch.zeros(B, R, dtype=torch.long)
-    out_rows = torch.zeros(B, R, dtype=torch.long)
+    # Per response row of mb: the positions that predict its tokens, and the packed row they are in.
+    predicted_at: dict[int, tuple[list[int], int]] = {}
     row_ids: list[list[int]] = []
     row_positions: list[list[int]] = []
     row_owner: list[list[int]] = []  # per token: the response's row in mb, -1 for the prompt
@@ -171,9 +171,7 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
             owner += [row] * n
             # Token j is predicted by the position before it: the prompt's last for j = 0.
             predicting = [len(prompt) - 1] + list(range(first, first + n - 1))
-            if n:
-                out_positions[row, :n] = torch.tensor(predicting[:n], dtype=torch.long)
-            out_rows[row] = row_index
+            predicted_at[row] = (predicting[:n], row_index)
         row_ids.append(ids)
         row_positions.append(positions)
         row_owner.append(owner)
@@ -197,8 +195,10 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     # sees only itself (a row of all -inf would be NaN), and nothing sees padding.
     allowed = causal & ((key == -1) & (query != -2) | (key == query) & (key != -2))
     allowed |= torch.eye(s, dtype=torch.bool)[None] & (query == -2)
-    slots = response_slots(mb)
-    return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions[slots], out_rows[slots])
+    # In response_slots order: row by row of mb, each row's tokens in order.
+    out_positions = torch.tensor([p for row in range(B) for p in predicted_at[row][0]], dtype=torch.long)
+    out_rows = torch.tensor([predicted_at[row][1] for row in range(B) for _ in predicted_at[row][0]], dtype=torch.long)
+    return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions, out_rows)
 
 
 def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: float | None = None) -> list[SeqBatch]:

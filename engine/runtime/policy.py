@@ -72,7 +72,10 @@ def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> Non
         # set by the schedule for the micro-batch being computed (packing.ModelInputs); computed
         # as a sequence of N tokens in one row: [N, 1, h].
         positions, rows = place.positions
-        return original(hidden_states[positions, rows][:, None], *args, **kwargs)
+        out, bias = original(hidden_states[positions, rows][:, None], *args, **kwargs)
+        if place.logit_temperature != 1.0:
+            out = out / place.logit_temperature
+        return out, bias
 
     layer.forward = forward
 
@@ -145,16 +148,20 @@ class MegatronLM:
 
     def __init__(self, arch: LlamaArch, hf_state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
                  optimizer: OptimizerSpec | None = None, value_head: bool = False, packed: bool = False,
-                 share_prefix: bool = False, micro_batch_tokens: int | None = None, pad_id: int = 0):
+                 share_prefix: bool = False, micro_batch_tokens: int | None = None, pad_id: int = 0,
+                 logit_temperature: float = 1.0):
         """packed: each micro-batch as one row of its sequences back to back (packing.py);
         share_prefix: with packed, one copy of a prompt for its consecutive samples;
-        micro_batch_tokens: micro-batches by a token budget, and DP shards by tokens."""
+        micro_batch_tokens: micro-batches by a token budget, and DP shards by tokens;
+        logit_temperature: the output layer's logits are divided by it (a policy trained at its
+        sampling temperature, RolloutSpec.training_temperature); a critic's values never are."""
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
 
         self.arch, self.place, self.value_head = arch, model_place(), value_head
         self.packed, self.share_prefix, self.pad_id = packed, share_prefix and packed, pad_id
         self.micro_batch_tokens = micro_batch_tokens if packed else None
         self.span = attention_span(arch)
+        self.logit_temperature = 1.0 if value_head else logit_temperature
         place = self.place
         tied = arch.tie_word_embeddings and not value_head
         module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied)

@@ -51,7 +51,7 @@ from .policy import MegatronLM
 from .resolve import model_folder
 from .role_access import RoleAccess
 from .role_worlds import RoleWorld
-from .roles import RemoteRewardModel, RoleLink, checkpoint_root
+from .roles import RemoteRewardModel, RoleLink, checkpoint_root, policy_temperature
 from .stopping import StopRequest, agree
 
 __all__ = ["ConfigError", "RLRun", "Timer", "check_supported"]
@@ -70,6 +70,15 @@ class Timer:
             yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
+
+
+def recomputes_old_logprobs(algorithm: AlgorithmSpec, half: bool, truncated: bool) -> bool:
+    """Whether the trainer recomputes the old policy's log-probs instead of taking vLLM's. vLLM's
+    stand for them only where both compute alike: float32 (not `half`), and the full distribution
+    (not `truncated` by top-p/top-k)."""
+    if algorithm.old_logprobs != "auto":
+        return algorithm.old_logprobs == "recompute"
+    return half or truncated
 
 
 class RLRun:
@@ -115,11 +124,13 @@ class RLRun:
 
         hf_state = read_hf_state_dict(folder)
         layout = layout_options(trainer)
-        self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, **layout)
+        temperature = policy_temperature(config)
+        self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer,
+                                logit_temperature=temperature, **layout)
         self.needs_ref = algorithm.needs_reference
         estimator = A.estimator_of(algorithm)
         self.needs_critic = estimator is not None and estimator.needs_critic
-        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype, **layout) \
+        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype, logit_temperature=temperature, **layout) \
             if self.needs_ref and "ref" not in self.remote_roles else None
         self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True, **layout) \
             if self.needs_critic and "critic" not in self.remote_roles else None
@@ -295,9 +306,8 @@ class RLRun:
             raise ConfigError(f"algorithm: {algorithm.name} needs other models than this run has")
         self.config = self.config.model_copy(update={"algorithm": algorithm})
         self.choice, self.step_fn, self.estimator = choice, entry.fn, estimator
-        # vLLM's log-probs stand for the old policy's only where both compute alike (float32).
-        self.recompute_old_logprobs = not self.dpo and (algorithm.old_logprobs == "recompute" or
-                                                        (algorithm.old_logprobs == "auto" and is_half(self.dtype)))
+        self.recompute_old_logprobs = not self.dpo and recomputes_old_logprobs(
+            algorithm, is_half(self.dtype), self.config.rollout is not None and self.config.rollout.truncates)
         horizon = self.config.rollout.max_new_tokens if self.config.rollout is not None else 1
         # dpo's loss is its step's own (engine/steps/dpo.py), not a registered policy loss.
         self.policy_loss = None if self.dpo else policy_loss_fn(algorithm, horizon)

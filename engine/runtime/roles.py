@@ -90,6 +90,17 @@ def checkpoint_root(config: EngineConfig, base_dir: Path) -> Path:
     return root if root.is_absolute() else base_dir / root
 
 
+def policy_temperature(config: EngineConfig) -> float:
+    """What the actor's and the reference's logits are divided by (RolloutSpec.training_temperature);
+    1 for a job that samples nothing (DPO learns from given pairs)."""
+    from .. import algorithms as A
+    from ..steps import step_entry
+
+    if config.rollout is None or not step_entry(A.choice_of(config.algorithm).step).on_policy:
+        return 1.0
+    return config.rollout.training_temperature
+
+
 class RoleWorker:
     """What the ranks of a reference, critic or reward-model role run: commands until "stop"."""
 
@@ -118,7 +129,7 @@ class RoleWorker:
 
             self.model = MegatronLM(arch, read_hf_state_dict(folder), dtype=torch_dtype(config.model.dtype),
                                     optimizer=config.trainer.optimizer if critic else None, value_head=critic,
-                                    **layout_options(config.trainer))
+                                    logit_temperature=policy_temperature(config), **layout_options(config.trainer))
             if critic:
                 from .losses import value_loss_fn
 

@@ -32,14 +32,15 @@ def tiny_model(tmp_path_factory) -> Path:
 
 def manifest(path: Path, model: Path, run: Path, *, name: str = "tiny", algorithm: dict | None = None,
              layout: dict | None = None, roles: dict | None = None, steps: int = 2, data: dict | None = None,
-             samples: int = 4, reward: dict | None = None, checkpoint_interval: int = 1, **trainer) -> Path:
+             samples: int = 4, reward: dict | None = None, checkpoint_interval: int = 1, rollout: dict | None = None,
+             **trainer) -> Path:
     """An RLJob for the tiny model that writes everything under `run`."""
     spec = {
         "model": {"path": str(model), "dtype": "float32"},
         "data": data or {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
                          "maxPromptLength": 64},
         "algorithm": algorithm or {"name": "grpo"},
-        "rollout": {"samplesPerPrompt": samples, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
+        "rollout": {"samplesPerPrompt": samples, "maxNewTokens": 6, "kvCacheBytes": 64 << 20, **(rollout or {})},
         "reward": reward or {"rules": [{"name": "math_answer"}, {"name": "length_penalty", "weight": 0.1, "args": {"max_chars": 6}}]},
         "roles": {"actor": {"replicas": 1, "gpusPerReplica": 2, "layout": layout or {"dp": 2}}, **(roles or {})},
         "trainer": {"totalSteps": steps, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3,

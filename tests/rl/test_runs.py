@@ -74,8 +74,9 @@ def test_ppo_with_critic_tp2(make_job, run_job) -> None:
 def test_grpo_tp2_generates_with_vllm_replicas_of_two_ranks(make_job, run_job, tiny_model: Path) -> None:
     # rolloutTp = tp = 2: the two ranks form one tensor-parallel vLLM replica, and each rank's
     # training shard is its generation shard, so the switch moves nothing. A high learning rate
-    # makes stale rollout weights show at once.
-    job, run = make_job(layout={"tp": 2, "rolloutTp": 2}, optimizer={"lr": 1e-2})
+    # makes stale rollout weights show at once. At temperature 0.7 the trainer's log-probs are the
+    # tempered policy's, and so are vLLM's (processed, not raw, log-probs).
+    job, run = make_job(layout={"tp": 2, "rolloutTp": 2}, optimizer={"lr": 1e-2}, rollout={"temperature": 0.7})
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [r for r in records(run) if "reward_mean" in r]
@@ -85,6 +86,7 @@ def test_grpo_tp2_generates_with_vllm_replicas_of_two_ranks(make_job, run_job, t
         # The rollout's log-probabilities are the actor's own before its update: vLLM generated with
         # the current weights, each rank holding half of them.
         assert abs(r["approx_kl"]) < 1e-4, r
+        assert r["rollout/mismatch_max"] < 1e-3, r
     from safetensors.torch import load_file
 
     start, final = load_file(tiny_model / "model.safetensors"), exported(run)

@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", required=True, help="torch.save'd {prompts, responses}")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--temperature", type=float, default=1.0)
     args = parser.parse_args()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
     torch.set_num_threads(1)
@@ -38,7 +39,7 @@ def main() -> None:
     state = read_hf_state_dict(folder)
     blob = torch.load(args.batch)
     batch = pack(blob["prompts"], blob["responses"], pad_id=0)
-    policy = MegatronLM(arch, state, optimizer=None)
+    policy = MegatronLM(arch, state, optimizer=None, logit_temperature=args.temperature)
     logprobs = torch.cat(policy.response_logprobs(micro_batches(batch, 2)))
     # The loss path: entropy and log-probs from the same logits, entropy first read after the cross entropy.
     seen = {}
@@ -51,7 +52,7 @@ def main() -> None:
         return lp.sum() * 0, {}
 
     policy._schedule(micro_batches(batch, 2), loss_fn, forward_only=True)
-    critic = MegatronLM(arch, state, optimizer=None, value_head=True)
+    critic = MegatronLM(arch, state, optimizer=None, value_head=True, logit_temperature=args.temperature)
     values = torch.cat(critic.response_values(micro_batches(batch, 2)))
     if args.rank == 0:
         torch.save({"logprobs": logprobs, "loss_logprobs": torch.cat(seen.get("logprobs", [torch.zeros(0)])),
