@@ -72,10 +72,12 @@ def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> Non
         # set by the schedule for the micro-batch being computed (packing.ModelInputs); computed
         # as a sequence of N tokens in one row: [N, 1, h].
         positions, rows = place.positions
-        out, bias = original(hidden_states[positions, rows][:, None], *args, **kwargs)
+        selected = hidden_states[positions, rows][:, None]
         if place.logit_temperature != 1.0:
-            out = out / place.logit_temperature
-        return out, bias
+            # logits / T, computed as (h / T) W: the head has no bias, and [N, h] is a
+            # hundredth of [N, v] to divide (and to back-propagate through).
+            selected = selected / place.logit_temperature
+        return original(selected, *args, **kwargs)
 
     layer.forward = forward
 
