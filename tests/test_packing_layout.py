@@ -1,4 +1,4 @@
-"""The micro-batch layouts as pure functions: packed rows, shared prompts, token budgets, DP shards by tokens."""
+"""The micro-batch layouts as pure functions: flat packed runs, shared prompts, token budgets, DP shards by tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 from kuberl.engine.runtime.packing import (
     packed_inputs,
     packed_length,
-    packed_shape,
     padded_inputs,
     shard_by_tokens,
     token_micro_batches,
@@ -25,35 +24,38 @@ def _batch():
 
 def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
     x = packed_inputs(_batch(), share_prefix=True)
-    assert x.input_ids.tolist() == [[1, 2, 3, 7, 8, 9, 10], [4, 5, 6, 6, 6, 0, 0]]
+    # One flat run: [prompt 1 2 3, sample 1, sample 2], then [prompt 4 5, its sample]; a response's
+    # last token predicts nothing and is left out (7 8 -> 7, 9 10 -> 9, 6 6 6 -> 6 6).
+    assert x.input_ids.tolist() == [[1, 2, 3, 7, 9, 4, 5, 6, 6]]
     # Each sample's positions continue from the prompt's end, as in its own padded row.
-    assert x.positions[0].tolist() == [0, 1, 2, 3, 4, 3, 4]
-    allowed = (~x.attention_mask[:, 0]).int()
-    assert allowed[0, 5].tolist() == [1, 1, 1, 0, 0, 1, 0]  # sample 2 sees the prompt and itself
-    assert allowed[1, 5].tolist() == [0, 0, 0, 0, 0, 1, 0]  # padding sees only itself
-    assert allowed[1, :5, 5:].sum() == 0  # and nothing sees padding
+    assert x.positions.tolist() == [[0, 1, 2, 3, 3, 0, 1, 2, 3]]
+    assert [(s.start, s.length) for s in x.segments] == [(0, 5), (5, 4)] and x.attention_mask is None
+    allowed = x.segments[0].allowed.int()
+    assert allowed[4].tolist() == [1, 1, 1, 0, 1]  # sample 2 sees the prompt and itself, not sample 1
+    assert allowed[3].tolist() == [1, 1, 1, 1, 0]
+    assert x.segments[1].allowed is None  # one sample: plain causal attention
     # Sample b's token j is predicted at the prompt's last position (j = 0), then at its own tokens;
-    # one entry per response token (2, 2 and 3 of them), none for the grid's padding.
-    assert x.out_positions.tolist() == [2, 3, 2, 5, 1, 2, 3]
-    assert x.out_rows.tolist() == [0, 0, 0, 0, 1, 1, 1]
-    assert packed_length(_batch(), True) == 12 and packed_length(_batch(), False) == 15
-    assert packed_shape(_batch(), True) == (2, 7)
+    # one entry per response token (2, 2 and 3 of them).
+    assert x.out_positions.tolist() == [2, 3, 2, 4, 6, 7, 8]
+    assert x.out_rows.tolist() == [0] * 7
+    assert packed_length(_batch(), True) == 9 and packed_length(_batch(), False) == 12
+    assert x.tokens == 9 and x.attention_blocks == 2
 
 
-def test_without_sharing_every_sequence_is_a_row_of_its_own():
+def test_without_sharing_every_sequence_is_a_segment_of_its_own():
     x = packed_inputs(_batch(), share_prefix=False)
-    assert x.input_ids.shape == (3, 5) and x.positions[1].tolist() == [0, 1, 2, 3, 4]
-    assert x.out_rows.tolist() == [0, 0, 1, 1, 2, 2, 2]
+    assert x.input_ids.tolist() == [[1, 2, 3, 7, 1, 2, 3, 9, 4, 5, 6, 6]]
+    assert x.positions.tolist() == [[0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]]
+    assert [(s.start, s.length, s.allowed) for s in x.segments] == [(0, 4, None), (4, 4, None), (8, 4, None)]
+    assert x.out_positions.tolist() == [2, 3, 6, 7, 9, 10, 11]
 
 
-def test_a_fixed_shape_pads_rows_and_length_with_tokens_that_see_only_themselves():
-    x = packed_inputs(_batch(), share_prefix=True, length=9, rows=3)
-    assert x.input_ids.shape == (3, 9) and x.tokens == 27
-    assert torch.equal(~x.attention_mask[2, 0], torch.eye(9, dtype=torch.bool))
+def test_a_fixed_length_pads_the_run_after_its_last_segment():
+    x = packed_inputs(_batch(), share_prefix=True, length=12)
+    assert x.input_ids.shape == (1, 12) and x.tokens == 12
+    assert x.input_ids[0, 9:].tolist() == [0, 0, 0] and sum(s.length for s in x.segments) == 9
     with pytest.raises(ValueError, match="does not fit the fixed length 6"):
         packed_inputs(_batch(), share_prefix=True, length=6)
-    with pytest.raises(ValueError, match="does not fit the fixed 1 rows"):
-        packed_inputs(_batch(), share_prefix=True, rows=1)
 
 
 def test_padded_layout_is_one_row_per_sequence():
@@ -72,7 +74,7 @@ def test_flat_outputs_go_back_to_their_response_columns():
 
 def test_token_budget_fills_micro_batches_in_order():
     batch = _batch()
-    assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=True)] == [2, 1]  # 3+2+2, then 2+3
+    assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=True)] == [2, 1]  # 3+1+1, then 2+2
     assert [len(mb) for mb in token_micro_batches(batch, budget=7, share_prefix=False)] == [1, 1, 1]
     assert [len(mb) for mb in token_micro_batches(batch, budget=2, share_prefix=True)] == [1, 1, 1]  # too long: alone
 
@@ -88,10 +90,10 @@ def test_token_budget_is_greedy_over_computed_positions(groups, budget, share, s
     mbs = token_micro_batches(batch, budget, share_prefix=share, span=span)
     assert sum(len(mb) for mb in mbs) == len(batch)
 
-    def computed(mb) -> int:  # what the model computes: rows x longest row, as packed_inputs lays them out
-        rows, longest = packed_shape(mb, share, span)
-        assert packed_inputs(mb, share, span=span).tokens == rows * longest
-        return rows * longest
+    def computed(mb) -> int:  # what the model computes: the flat run, as packed_inputs lays it out
+        length = packed_length(mb, share, span)
+        assert packed_inputs(mb, share, span=span).tokens == length
+        return length
 
     start = 0
     for mb in mbs:

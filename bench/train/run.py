@@ -56,6 +56,15 @@ def timed_update(model, mbs, loss_fn) -> tuple[float, float]:
     return stats["backward_seconds"], stats["optimizer_seconds"]
 
 
+def pairs(x) -> int:
+    """Query-key pairs the layout's attention computes: each padded row's s x s, or each packed
+    segment's length squared (dense inside it)."""
+    if x.segments is not None:
+        return sum(s.length ** 2 for s in x.segments)
+    rows, length = x.input_ids.shape
+    return rows * length ** 2
+
+
 def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[list[int]]]]:
     from kuberl.engine.config.data import DataSpec, GeneratorSpec
     from kuberl.engine.data import PromptEncoder, arithmetic
@@ -135,8 +144,8 @@ def main() -> None:
             inputs = model.model_inputs(mbs)
             tokens = sum(x.tokens for x in inputs)
             # Forward + backward = 3 x forward: the body's matmuls on every computed token, attention's
-            # scores and sums over each row's s x s, and the LM head on the response positions only.
-            attention = sum(4 * arch.num_layers * arch.hidden_size * x.input_ids.shape[1] ** 2 * x.input_ids.shape[0] for x in inputs)
+            # scores and sums over each row's (segment's) s x s, and the LM head on the response positions only.
+            attention = sum(4 * arch.num_layers * arch.hidden_size * pairs(x) for x in inputs)
             flops = 3 * (2 * body * tokens + attention + 2 * head * heads)
             timed_update(model, mbs, loss_fn)  # warm-up
             parts = [timed_update(model, mbs, loss_fn) for _ in range(args.repeat)]

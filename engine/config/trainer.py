@@ -75,8 +75,9 @@ class TrainerSpec(SpecModel):
     sequence longer than the budget is a micro-batch of its own. Like microBatchSize it changes
     how much is computed at once, not the update."""
     sequence_packing: bool = True
-    """Lay micro-batches out in packed rows (with sharedPrefix: the samples of one prompt in one
-    row); false: one right-padded row per sequence."""
+    """Lay each micro-batch out as one flat run of its sequences, no padding, attention per
+    sequence (with sharedPrefix: per prompt and its samples); false: one right-padded row per
+    sequence."""
     shared_prefix: bool = True
     """With sequencePacking: the samples of one prompt in a micro-batch share one copy of the prompt."""
     optimizer: OptimizerSpec = OptimizerSpec()

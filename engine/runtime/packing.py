@@ -1,15 +1,16 @@
-"""How a micro-batch's sequences are laid out for the model: padded rows, or rows per prompt.
+"""How a micro-batch's sequences are laid out for the model: padded rows, or one flat run.
 
 Padded: each sequence in a row of its own, right-padded to the longest, one causal mask for all.
-Packed with a shared prefix: consecutive sequences with the same prompt (the samples of one prompt)
-share one row and one copy of the prompt: the prompt's tokens appear once, each response attends to
-the prompt and to itself (a mask per row), and its positions continue from the prompt's end, as in
-its own row of the padded layout. The first response token of every sample is predicted by the
-prompt's last position, so gradients of all the samples flow into one copy of the prompt and add
-up, as the padded path's do over copies. Rows are right-padded to the longest; a prompt with one
-sample is a row like the padded layout's. (One flat row for the whole micro-batch would remove the
-rest of the padding too, but megatron-core's local attention is dense over a row: its cost grows
-with the square of the row's length, which bench/train measured to be a loss on CPU.)
+Packed: the micro-batch is one flat run of tokens, its sequences back to back with no padding.
+Attention runs per segment (engine/training/segment_attention.py): a segment is one sequence
+(causal, positions restarting at 0) or, with a shared prefix, the consecutive samples of one prompt
+after one copy of it: each response attends to the prompt and to itself, and its positions
+continue from the prompt's end, as in its own row of the padded layout. The first response token of
+every sample is predicted by the prompt's last position, so gradients of all the samples flow into
+one copy of the prompt and add up, as the padded path's do over copies. The linear layers, which
+are most of the model, see the flat run: nothing is computed for padding. Attention is computed
+segment by segment (dense inside one, so its cost grows with the square of a segment's length,
+which is why a prompt's samples may be split over several segments: `_split_run`).
 
 Both layouts give the model the same thing to compute per response token: the hidden state at
 `out_positions[n]` of row `out_rows[n]` predicts the n-th response token of the micro-batch, in the
@@ -31,22 +32,40 @@ from .sequences import SeqBatch, response_positions, response_slots
 
 
 @dataclass(frozen=True)
+class Segment:
+    """A contiguous stretch [start, start + length) of a flat run that attends only within itself."""
+
+    start: int
+    length: int
+    allowed: torch.Tensor | None
+    """[length, length], True where a query (row) may attend to a key (column); None: causal."""
+
+
+@dataclass(frozen=True)
 class ModelInputs:
     input_ids: torch.Tensor
-    """[rows, s] token ids."""
+    """[rows, s] token ids (packed: one row)."""
     positions: torch.Tensor
     """[rows, s] RoPE position of each token."""
-    attention_mask: torch.Tensor
-    """[rows or 1, 1, s, s], True where attention is forbidden (Megatron's convention)."""
+    attention_mask: torch.Tensor | None
+    """Padded: [1, 1, s, s], True where attention is forbidden (Megatron's convention); packed: None."""
     out_positions: torch.Tensor
     """[N] the position, in its row, whose output predicts each response token (response_slots order)."""
     out_rows: torch.Tensor
     """[N] the row of that position."""
+    segments: tuple[Segment, ...] | None = None
+    """Packed: the flat run's attention segments, in order; positions after the last are padding
+    (a pipeline's fixed length), which attends to nothing and which nothing attends to."""
 
     @property
     def tokens(self) -> int:
         """Positions the model computes (the packed layout's padding to a fixed length included)."""
         return int(self.input_ids.numel())
+
+    @property
+    def attention_blocks(self) -> int:
+        """Blocks of dense attention: padded rows, or packed segments."""
+        return len(self.segments) if self.segments is not None else int(self.input_ids.shape[0])
 
 
 def layout_options(trainer: TrainerSpec) -> dict[str, bool | int | None]:
@@ -74,6 +93,13 @@ class _Row:
     prompt: tuple[int, ...]
     response: int
 
+    @property
+    def read(self) -> int:
+        """Response tokens the packed layout feeds the model: all but the last, which predicts
+        nothing and which no other token of its segment attends to (its hidden state would be
+        computed for nothing)."""
+        return max(self.response - 1, 0)
+
 
 def _rows(mb: SeqBatch) -> list[_Row]:
     return [_Row(tuple(_prompt(mb, r)), int(mb.response_lens[r])) for r in range(len(mb))]
@@ -97,24 +123,24 @@ def _row_cost(length: int, span: float | None) -> float:
 
 def _split_run(run: list[int], rows: list[_Row], span: float | None) -> list[list[int]]:
     """A run of samples with one prompt, as consecutive chunks of k samples that each share one
-    copy of the prompt; k the cheapest (the whole run where attention is cheap, one sample per row
-    where the answers are long enough that one row's attention costs more than the copies of the
-    prompt it saves)."""
+    copy of the prompt (a segment each); k the cheapest (the whole run where attention is cheap, one
+    sample per segment where the answers are long enough that one segment's attention costs more
+    than the copies of the prompt it saves)."""
     if span is None or len(run) == 1:
         return [run]
     prompt = len(rows[run[0]].prompt)
     best, best_cost = [run], float("inf")
-    for k in range(len(run), 0, -1):  # the larger k on a tie: fewer rows
+    for k in range(len(run), 0, -1):  # the larger k on a tie: fewer segments
         chunks = [run[i:i + k] for i in range(0, len(run), k)]
-        cost = sum(_row_cost(prompt + sum(rows[r].response for r in c), span) for c in chunks)
+        cost = sum(_row_cost(prompt + sum(rows[r].read for r in c), span) for c in chunks)
         if cost < best_cost:
             best, best_cost = chunks, cost
     return best
 
 
 def _segments_of(rows: list[_Row], share_prefix: bool, span: float | None = None) -> list[list[int]]:
-    """Rows grouped into the packed layout's rows: runs of consecutive samples of one prompt, split
-    where attention would cost more than sharing saves (each row alone without share_prefix)."""
+    """Rows grouped into the packed layout's segments: runs of consecutive samples of one prompt,
+    split where attention would cost more than sharing saves (each row alone without share_prefix)."""
     runs: list[list[int]] = []
     for i, row in enumerate(rows):
         if share_prefix and runs and rows[runs[-1][0]].prompt == row.prompt:
@@ -129,83 +155,67 @@ def _segments(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> li
 
 
 def packed_length(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> int:
-    """Tokens of the packed layout without its padding: each row's prompt once, then its responses."""
+    """Tokens of the packed layout without its padding: each segment's prompt once, then its
+    responses (each without its last token, _Row.read)."""
     return sum(_lengths(_rows(mb), share_prefix, span))
 
 
-def packed_shape(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> tuple[int, int]:
-    """(rows, longest row) of the packed layout."""
-    lengths = _lengths(_rows(mb), share_prefix, span)
-    return len(lengths), max(lengths)
-
-
 def _lengths(rows: list[_Row], share_prefix: bool, span: float | None) -> list[int]:
-    return [len(rows[seg[0]].prompt) + sum(rows[r].response for r in seg) for seg in _segments_of(rows, share_prefix, span)]
+    return [len(rows[seg[0]].prompt) + sum(rows[r].read for r in seg) for seg in _segments_of(rows, share_prefix, span)]
 
 
 def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int | None = None,
-                  rows: int | None = None, span: float | None = None) -> ModelInputs:
-    """One row per run of sequences that share a prompt (each sequence alone without share_prefix):
-    the prompt once, then each sample's response; rows right-padded to the longest (to `length` and
-    `rows` when given: a pipeline needs every micro-batch in one shape). `span` (attention_span):
-    split a run where one shared row would cost more than the prompt's copies it saves.
-
-    Why rows and not one row for the whole micro-batch: megatron-core's local attention is dense
-    over a row, so its cost grows with the square of the row's length; rows keep it to the sum over
-    runs, and a run's padding is at most what the padded layout pads."""
+                  span: float | None = None) -> ModelInputs:
+    """One flat run of the micro-batch's segments back to back (each sequence a segment of its own
+    without share_prefix; with it, one copy of a prompt followed by its consecutive samples),
+    padded to `length` when given (a pipeline needs every micro-batch in one shape). `span`
+    (attention_span): split a run of samples where one segment's attention would cost more than
+    the prompt's copies it saves."""
     B = mb.mask.shape[0]
-    runs = _segments(mb, share_prefix, span)
-    # Per response row of mb: the positions that predict its tokens, and the packed row they are in.
-    predicted_at: dict[int, tuple[list[int], int]] = {}
-    row_ids: list[list[int]] = []
-    row_positions: list[list[int]] = []
-    row_owner: list[list[int]] = []  # per token: the response's row in mb, -1 for the prompt
-    for row_index, run in enumerate(runs):
+    ids: list[int] = []
+    positions: list[int] = []
+    segments: list[Segment] = []
+    predicted_at: dict[int, list[int]] = {}  # per response row of mb: the flat positions predicting its tokens
+    for run in _segments(mb, share_prefix, span):
         prompt = _prompt(mb, run[0])
-        ids, positions, owner = list(prompt), list(range(len(prompt))), [-1] * len(prompt)
+        start = len(ids)
+        ids += prompt
+        positions += range(len(prompt))
+        owner = [-1] * len(prompt)  # per token of the segment: the response's row in mb, -1 for the prompt
         for row in run:
             n = int(mb.response_lens[row])
+            read = max(n - 1, 0)  # the last token predicts nothing (_Row.read)
             first = len(ids)
-            ids += mb.input_ids[row, len(prompt):len(prompt) + n].tolist()
-            positions += range(len(prompt), len(prompt) + n)
-            owner += [row] * n
+            ids += mb.input_ids[row, len(prompt):len(prompt) + read].tolist()
+            positions += range(len(prompt), len(prompt) + read)
+            owner += [row] * read
             # Token j is predicted by the position before it: the prompt's last for j = 0.
-            predicting = [len(prompt) - 1] + list(range(first, first + n - 1))
-            predicted_at[row] = (predicting[:n], row_index)
-        row_ids.append(ids)
-        row_positions.append(positions)
-        row_owner.append(owner)
-    longest = max(len(ids) for ids in row_ids)
-    if length is not None and longest > length:
-        raise ValueError(f"a packed micro-batch of {longest} tokens does not fit the fixed length {length}")
-    if rows is not None and len(runs) > rows:
-        raise ValueError(f"a packed micro-batch of {len(runs)} rows does not fit the fixed {rows} rows")
-    s, n_rows = max(longest, length or 0), max(len(runs), rows or 0)
-    input_ids = torch.full((n_rows, s), pad_id, dtype=torch.long)
-    position_ids = torch.zeros(n_rows, s, dtype=torch.long)
-    owner_of = torch.full((n_rows, s), -2, dtype=torch.long)  # -2: padding
-    for r, (ids, positions, owner) in enumerate(zip(row_ids, row_positions, row_owner)):
-        input_ids[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-        position_ids[r, :len(ids)] = torch.tensor(positions, dtype=torch.long)
-        owner_of[r, :len(ids)] = torch.tensor(owner, dtype=torch.long)
-    index = torch.arange(s)
-    causal = (index[None, :] <= index[:, None])[None]
-    query, key = owner_of[:, :, None], owner_of[:, None, :]
-    # A token sees the prompt's tokens before it and, in a response, its own response's; padding
-    # sees only itself (a row of all -inf would be NaN), and nothing sees padding.
-    allowed = causal & ((key == -1) & (query != -2) | (key == query) & (key != -2))
-    allowed |= torch.eye(s, dtype=torch.bool)[None] & (query == -2)
+            predicted_at[row] = ([start + len(prompt) - 1] + list(range(first, first + read)))[:n]
+        segments.append(Segment(start, len(ids) - start, _shared_prefix_mask(owner) if len(run) > 1 else None))
+    if length is not None and len(ids) > length:
+        raise ValueError(f"a packed micro-batch of {len(ids)} tokens does not fit the fixed length {length}")
+    pad = (length or len(ids)) - len(ids)
+    input_ids = torch.tensor(ids + [pad_id] * pad, dtype=torch.long)[None]
+    position_ids = torch.tensor(positions + [0] * pad, dtype=torch.long)[None]
     # In response_slots order: row by row of mb, each row's tokens in order.
-    out_positions = torch.tensor([p for row in range(B) for p in predicted_at[row][0]], dtype=torch.long)
-    out_rows = torch.tensor([predicted_at[row][1] for row in range(B) for _ in predicted_at[row][0]], dtype=torch.long)
-    return ModelInputs(input_ids, position_ids, ~allowed[:, None], out_positions, out_rows)
+    out_positions = torch.tensor([p for row in range(B) for p in predicted_at[row]], dtype=torch.long)
+    return ModelInputs(input_ids, position_ids, None, out_positions, torch.zeros_like(out_positions), tuple(segments))
+
+
+def _shared_prefix_mask(owner: list[int]) -> torch.Tensor:
+    """[L, L] allowed attention of one shared-prefix segment: a token sees the prompt's tokens
+    before it and, in a response, its own response's."""
+    who = torch.tensor(owner, dtype=torch.long)
+    index = torch.arange(len(owner))
+    causal = index[None, :] <= index[:, None]
+    return causal & ((who[None, :] == -1) | (who[None, :] == who[:, None]))
 
 
 def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: float | None = None) -> list[SeqBatch]:
-    """Consecutive rows in micro-batches whose packed layout computes at most `budget` positions,
-    its padding included (rows x longest row); a row that alone exceeds the budget is a
-    micro-batch of its own. Rows stay in order; the layout of each candidate is the one
-    packed_inputs will build, so the count is what the model computes.
+    """Consecutive rows in micro-batches whose packed layout computes at most `budget` positions
+    (the flat run's length: each segment's prompt once, then its responses); a row that alone
+    exceeds the budget is a micro-batch of its own. Rows stay in order; the layout of each
+    candidate is the one packed_inputs will build, so the count is what the model computes.
 
     Bounded: a micro-batch holds at most `budget` rows, and each candidate is laid out once."""
     rows = _rows(batch)
@@ -214,7 +224,7 @@ def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: 
     for i in range(len(rows)):
         candidate = current + [i]
         lengths = _lengths([rows[r] for r in candidate], share_prefix, span)
-        if current and len(lengths) * max(lengths) > budget:
+        if current and sum(lengths) > budget:
             groups.append(current)
             candidate = [i]
         current = candidate

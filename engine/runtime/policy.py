@@ -20,10 +20,11 @@ from ..config.trainer import OptimizerSpec
 from ..models.arch import LlamaArch
 from ..models.convert import hf_to_megatron
 from ..training.megatron_model import build_gpt_model
+from ..training.segment_attention import use_segments
 from ..training.single_dp_rank import skip_identity_collectives
 from .loss_scale import UpdateTotals
-from .packing import (ModelInputs, attention_span, packed_inputs, packed_shape, padded_inputs, shard_by_tokens,
-                      token_micro_batches)
+from .packing import (ModelInputs, Segment, attention_span, packed_inputs, packed_length, padded_inputs,
+                      shard_by_tokens, token_micro_batches)
 from .sequences import (MiniBatch, SeqBatch, micro_batches, on_response_grid, pad_rows, response_slots, response_tokens,
                         shard_rows)
 
@@ -172,11 +173,15 @@ class MegatronLM:
             shard.pop("output_layer.weight", None)
             if place.pp_rank == place.pp - 1:
                 module.output_layer = ValueHead(arch.hidden_size, dtype)
+        # What the patched layers read of the micro-batch being computed (set by the schedule's forward step).
         self.positions: tuple[torch.Tensor, torch.Tensor] | None = None
         self.rope_positions: torch.Tensor | None = None
+        self.segments: tuple[Segment, ...] | None = None
         if place.pp_rank == place.pp - 1:
             _only_response_positions(module.output_layer, self)
         _rope_at_positions(module.rotary_pos_emb, self)
+        for layer in module.decoder.layers:
+            use_segments(layer.self_attention.core_attention, lambda: self.segments)
         missing, unexpected = module.load_state_dict(shard, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state") and not (value_head and k == "output_layer.weight")]
         if missing or unexpected:
@@ -222,7 +227,10 @@ class MegatronLM:
             mb = mb.to(device)
             self.positions = (x.out_positions.to(device), x.out_rows.to(device))
             self.rope_positions = x.positions.to(device)
-            output = model(x.input_ids.to(device), x.positions.to(device), x.attention_mask.to(device), labels=None)
+            self.segments = x.segments if x.segments is None else tuple(
+                Segment(s.start, s.length, None if s.allowed is None else s.allowed.to(device)) for s in x.segments)
+            mask = None if x.attention_mask is None else x.attention_mask.to(device)
+            output = model(x.input_ids.to(device), x.positions.to(device), mask, labels=None)
             if ps.is_pipeline_last_stage():
                 # [1, N, v/tp] logits or [1, N, 1] values at the response tokens -> [N, v/tp] or [N]
                 output = output[0].squeeze(-1) if value_head else output[0]
@@ -256,11 +264,10 @@ class MegatronLM:
         """The micro-batches in this model's layout; under a pipeline all of one shape (the longest)."""
         if not self.packed:
             return [padded_inputs(mb) for mb in batches]
-        if self.place.pp == 1:
-            return [packed_inputs(mb, self.share_prefix, self.pad_id, span=self.span) for mb in batches]
-        shapes = [packed_shape(mb, self.share_prefix, self.span) for mb in batches]
-        rows, length = max(r for r, _ in shapes), max(n for _, n in shapes)
-        return [packed_inputs(mb, self.share_prefix, self.pad_id, length, rows, self.span) for mb in batches]
+        length = None
+        if self.place.pp > 1:  # the stages exchange activations of one fixed shape
+            length = max(packed_length(mb, self.share_prefix, self.span) for mb in batches)
+        return [packed_inputs(mb, self.share_prefix, self.pad_id, length, self.span) for mb in batches]
 
     @torch.no_grad()
     def response_logprobs(self, batches: list[SeqBatch]) -> list[torch.Tensor]:

@@ -20,10 +20,11 @@ WORKER = Path(__file__).parent / "workers" / "layout_check.py"
 # Prompt a (5 tokens) with three samples, b (3) with one, c (7) with two; micro-batches of two rows
 # put a's third sample beside b. A later sample's second token is the first that depends on the
 # positions continuing from the prompt's end (RoPE is relative: a shifted start alone changes nothing).
-# a's first two answers (5 and 4 tokens) are long enough against its prompt that a short attention
-# span splits their shared row (packing._split_run: 2 x 5 x 4 > 5^2).
+# a's first two answers (5 tokens each, 4 of them fed to the model) are long enough against its prompt
+# that a short attention span splits their shared segment (packing._split_run: 13^2 - 2 x 9^2 = 7 pairs
+# more in one segment than in two, which costs more than the 5 prompt tokens two segments repeat).
 PROMPTS = [[1, 5, 9, 20, 33]] * 3 + [[1, 7, 7]] + [[4, 4, 4, 4, 4, 4, 8]] * 2
-RESPONSES = [[11, 12, 13, 40, 41], [14, 30, 31, 32], [15, 16, 17, 18, 19], [21, 22], [23, 24, 25, 26], [27, 28]]
+RESPONSES = [[11, 12, 13, 40, 41], [14, 30, 31, 32, 34], [15, 16, 17, 18, 19], [21, 22], [23, 24, 25, 26], [27, 28]]
 
 
 _RUNS: dict[tuple[int, int, int], list[dict]] = {}
@@ -51,17 +52,17 @@ def test_packed_and_shared_prefix_equal_the_padded_path(tiny_model: Path, tmp_pa
     for rank, out in enumerate(layouts(tiny_model, tmp_path, tp, pp)):
         mask, padded = out["mask"], out["padded"]
         assert padded["grads"] and all(g.abs().sum() > 0 for n, g in padded["grads"].items() if "layers" in n)
-        if pp == 1:  # the split layout did split runs (a pipeline pads every micro-batch to the most rows)
-            assert out["shared_split"]["rows"] > out["shared"]["rows"]
+        # The split layout did split runs into more segments.
+        assert out["shared_split"]["rows"] > out["shared"]["rows"]
         for name in ("packed", "shared", "shared_split"):
             got = out[name]
             assert torch.allclose(got["logprobs"] * mask, padded["logprobs"] * mask, atol=1e-5), (rank, name)
             for param, grad in padded["grads"].items():
                 assert torch.allclose(got["grads"][param], grad, atol=1e-5, rtol=1e-4), (rank, name, param)
-        # Computed positions: a shared prompt is computed once (without sharing, rows are the padded
-        # ones). A pipeline pads every micro-batch to one shape, which on a batch this small costs more.
+        # Computed positions: no padding, and a shared prompt once. A pipeline pads every micro-batch's
+        # run to the longest, which on a batch this small can cost more.
         if pp == 1:
-            assert out["shared"]["tokens"] < padded["tokens"] and out["packed"]["tokens"] <= padded["tokens"]
+            assert out["shared"]["tokens"] < out["packed"]["tokens"] < padded["tokens"]
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(1, 1, 1), (1, 1, 2), (2, 1, 1), (1, 2, 1)])
