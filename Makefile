@@ -35,7 +35,7 @@ lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.tom
 	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test --extra tracking \
 		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock
 
-main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 7 minutes on 2 cores)
+main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (3 to 6 minutes on 2 cores)
 	$(VENV)/bin/kuberl run examples/grpo-smollm2-arith.yaml
 
 bench-setup: setup  ## what bench/grpo needs besides .venv: TRL (its baseline), within the lock's versions

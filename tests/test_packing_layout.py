@@ -109,8 +109,10 @@ def test_a_run_is_shared_whole_when_attention_is_cheap_and_split_when_answers_ar
 
     short = [_Row((1,) * 40, 10) for _ in range(8)]  # the main job's shape: a long prompt, short answers
     assert _split_run(list(range(8)), short, span=768.0) == [list(range(8))]
-    long = [_Row((1,) * 16, 96) for _ in range(8)]  # bench/train's long-answer batch: one sample a row
+    long = [_Row((1,) * 16, 96) for _ in range(8)]  # long answers, costly attention: one sample a segment
     assert _split_run(list(range(8)), long, span=768.0) == [[r] for r in range(8)]
+    # SmolLM2's span (1536, below): bench/train's long-answer batch in segments of two samples.
+    assert _split_run(list(range(8)), long, span=1536.0) == [[0, 1], [2, 3], [4, 5], [6, 7]]
     middle = [_Row((1,) * 16, 40) for _ in range(8)]  # in between: rows of a few samples
     chunks = _split_run(list(range(8)), middle, span=768.0)
     assert 1 < len(chunks) < 8 and sum(chunks, []) == list(range(8))
@@ -124,8 +126,8 @@ def test_attention_span_of_smollm2_balances_a_layer_against_its_attention():
     arch = LlamaArch(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
                      num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=2048,
                      tie_word_embeddings=True, qkv_bias=False)
-    # A layer: 576 x (2 x 576 + 2 x 192) + 3 x 576 x 1536 weights; a pair of positions: 4 x 576 FLOPs, weighed 4 times.
-    assert attention_span(arch) == 2 * (576 * (2 * 576 + 2 * 192) + 3 * 576 * 1536) / (16 * 576)
+    # A layer: 576 x (2 x 576 + 2 x 192) + 3 x 576 x 1536 weights; a pair of positions: 4 x 576 FLOPs, weighed 2 times.
+    assert attention_span(arch) == 2 * (576 * (2 * 576 + 2 * 192) + 3 * 576 * 1536) / (8 * 576) == 1536
 
 
 @pytest.mark.parametrize("tokens,world,expected", [

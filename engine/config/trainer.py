@@ -91,7 +91,7 @@ class TrainerSpec(SpecModel):
 
     RULES = (
         Rule(
-            message="microBatchTokens needs sequencePacking: a token budget fills packed rows",
+            message="microBatchTokens needs sequencePacking: a token budget fills packed runs",
             check=lambda s: s.micro_batch_tokens is None or s.sequence_packing,
             cel="!has(self.microBatchTokens) || !has(self.sequencePacking) || self.sequencePacking",
             field="microBatchTokens",
