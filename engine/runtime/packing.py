@@ -40,6 +40,9 @@ class Segment:
     allowed: torch.Tensor | None
     """[length, length], True where a query (row) may attend to a key (column); None: causal."""
 
+    def to(self, device: torch.device) -> "Segment":
+        return Segment(self.start, self.length, None if self.allowed is None else self.allowed.to(device))
+
 
 @dataclass(frozen=True)
 class ModelInputs:

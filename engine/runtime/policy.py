@@ -227,8 +227,7 @@ class MegatronLM:
             mb = mb.to(device)
             self.positions = (x.out_positions.to(device), x.out_rows.to(device))
             self.rope_positions = x.positions.to(device)
-            self.segments = x.segments if x.segments is None else tuple(
-                Segment(s.start, s.length, None if s.allowed is None else s.allowed.to(device)) for s in x.segments)
+            self.segments = None if x.segments is None else tuple(s.to(device) for s in x.segments)
             mask = None if x.attention_mask is None else x.attention_mask.to(device)
             output = model(x.input_ids.to(device), x.positions.to(device), mask, labels=None)
             if ps.is_pipeline_last_stage():
