@@ -27,6 +27,9 @@ from .planner import LABEL_JOB, MANAGER, OperatorSettings, child_name, plan
 from .reconcile import TERMINAL, Decision, Observed, decide
 
 log = logging.getLogger("kuberl.operator")
+
+# How soon to look at a job again after something it was writing went away under it.
+GONE_RETRY_SECONDS = 0.5
 Key = tuple[str, str]  # (namespace, name)
 
 
@@ -83,7 +86,8 @@ class Reconciler:
             return None
         observed = self._observe(namespace, name)
         decision = decide(job, observed, datetime.now(timezone.utc))
-        self._apply(raw, job, decision)
+        if not self.apply_unless_gone(raw, job, decision):
+            return GONE_RETRY_SECONDS
         self.metrics.observe_phase(key, decision.status.phase)
         return decision.requeue_after
 
@@ -103,6 +107,22 @@ class Reconciler:
         return Observed(jobs=json.loads(jobs.data)["items"], pods=json.loads(pods.data)["items"], progress=progress)
 
     # --- writing ---------------------------------------------------------------------------
+
+    def apply_unless_gone(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> bool:
+        """Write the decision; False when something went away under the write (404), which is a
+        race, not a failure: the RLJob was deleted after it was read and the garbage collector
+        took a child being applied, or the namespace is gone. The caller looks again (a deleted
+        job then ends at reconcile's first read)."""
+        try:
+            self._apply(raw, job, decision)
+        except ApiException as exc:  # the dynamic client's errors are ApiExceptions too
+            if exc.status != 404:
+                raise
+            meta = raw["metadata"]
+            log.info("%s/%s: an object went away while applying (%s); looking again", meta["namespace"], meta["name"],
+                     exc.reason)
+            return False
+        return True
 
     def _apply(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> None:
         namespace, name, uid = raw["metadata"]["namespace"], raw["metadata"]["name"], raw["metadata"]["uid"]

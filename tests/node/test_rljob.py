@@ -25,7 +25,9 @@ REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
 OPERATOR_NAMESPACE = "kuberl-system"
 TRAINER_UID = 10001
-STEPS, INTERVAL = 15, 3
+# Steps enough that the faults, one after another on one job, all land before it ends: on a fast
+# machine a step of the tiny model takes about 2 s and a fault with its gang restart 20 s.
+STEPS, INTERVAL = 40, 3
 DATA = "/data"  # where the job's volume is mounted in the trainer pods
 
 

@@ -87,6 +87,6 @@ def start_training(kuberl_cli: str):
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 raise AssertionError(f"the run did not get going: {proc.communicate()[1][-3000:]}")
-            time.sleep(0.5)
+            time.sleep(0.05)  # steps of the tiny model are short: act soon after the first
         return proc, {rank: int(pid) for rank, pid in json.loads((run / "logs" / "ranks.json").read_text()).items()}
     return start

@@ -114,14 +114,19 @@ def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
     assert steps[1]["reward_margin"] > 0  # step 1's update moved the policy toward the chosen answers
 
 
+STOP_STEPS = 12
+
+
 def test_sigterm_checkpoints_the_running_step_and_resume_is_exact_pp2(make_job, run_job, start_training) -> None:
     from kuberl.engine.runtime.checkpoint import complete_steps
 
-    straight_job, straight = make_job("straight", steps=4, layout={"pp": 2})
+    # Enough steps that the signal lands before the end: a step of the tiny model can take well
+    # under a second, and the run is seen under way only after its first step.
+    straight_job, straight = make_job("straight", steps=STOP_STEPS, layout={"pp": 2})
     result = run_job(straight_job, straight)
     assert result.returncode == 0, result.stderr[-3000:]
     # No periodic checkpoint: the only one is what the signal asks for.
-    job, resumed = make_job("resumed", steps=4, layout={"pp": 2}, checkpoint_interval=1000)
+    job, resumed = make_job("resumed", steps=STOP_STEPS, layout={"pp": 2}, checkpoint_interval=1000)
     proc, _ = start_training(job, resumed)  # step 1 is done
     try:
         proc.send_signal(signal.SIGTERM)  # what the kubelet sends a pod that is deleted, evicted or drained
@@ -131,7 +136,7 @@ def test_sigterm_checkpoints_the_running_step_and_resume_is_exact_pp2(make_job, 
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     stopped_at = records(resumed)[-1]["step"]
-    assert 1 <= stopped_at < 4, "the run should have stopped early"
+    assert 1 <= stopped_at < STOP_STEPS, "the run should have stopped early"
     assert complete_steps(resumed / "ckpt") == [stopped_at]  # the step that was running, checkpointed
     assert f"stopped after step {stopped_at} on request" in (resumed / "logs" / "rank-0.log").read_text()
 
@@ -139,7 +144,7 @@ def test_sigterm_checkpoints_the_running_step_and_resume_is_exact_pp2(make_job, 
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"(step {stopped_at})" in (resumed / "logs" / "rank-0.log").read_text()  # "resumed from ... (step k)"
     steps = [r["step"] for r in records(resumed)]
-    assert steps == list(range(1, 5)), steps  # nothing lost, nothing done twice
+    assert steps == list(range(1, STOP_STEPS + 1)), steps  # nothing lost, nothing done twice
     a, b = exported(straight), exported(resumed)
     assert a.keys() == b.keys()
     for name in a:
