@@ -30,6 +30,7 @@ log = logging.getLogger("kuberl.operator")
 
 # How soon to look at a job again after something it was writing went away under it.
 GONE_RETRY_SECONDS = 0.5
+
 Key = tuple[str, str]  # (namespace, name)
 
 

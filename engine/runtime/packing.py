@@ -154,10 +154,6 @@ def _segments_of(rows: list[_Row], share_prefix: bool, span: float | None = None
     return [chunk for run in runs for chunk in _split_run(run, rows, span)]
 
 
-def _segments(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> list[list[int]]:
-    return _segments_of(_rows(mb), share_prefix, span)
-
-
 def packed_length(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> int:
     """Tokens of the packed layout without its padding: each segment's prompt once, then its
     responses (each without its last token, _Row.read)."""
@@ -175,20 +171,19 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     padded to `length` when given (a pipeline needs every micro-batch in one shape). `span`
     (attention_span): split a run of samples where one segment's attention would cost more than
     the prompt's copies it saves."""
-    B = mb.mask.shape[0]
+    rows = _rows(mb)
     ids: list[int] = []
     positions: list[int] = []
     segments: list[Segment] = []
     predicted_at: dict[int, list[int]] = {}  # per response row of mb: the flat positions predicting its tokens
-    for run in _segments(mb, share_prefix, span):
-        prompt = _prompt(mb, run[0])
+    for run in _segments_of(rows, share_prefix, span):
+        prompt = list(rows[run[0]].prompt)
         start = len(ids)
         ids += prompt
         positions += range(len(prompt))
         owner = [-1] * len(prompt)  # per token of the segment: the response's row in mb, -1 for the prompt
         for row in run:
-            n = int(mb.response_lens[row])
-            read = max(n - 1, 0)  # the last token predicts nothing (_Row.read)
+            n, read = rows[row].response, rows[row].read
             first = len(ids)
             ids += mb.input_ids[row, len(prompt):len(prompt) + read].tolist()
             positions += range(len(prompt), len(prompt) + read)
@@ -202,7 +197,7 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     input_ids = torch.tensor(ids + [pad_id] * pad, dtype=torch.long)[None]
     position_ids = torch.tensor(positions + [0] * pad, dtype=torch.long)[None]
     # In response_slots order: row by row of mb, each row's tokens in order.
-    out_positions = torch.tensor([p for row in range(B) for p in predicted_at[row]], dtype=torch.long)
+    out_positions = torch.tensor([p for row in range(len(rows)) for p in predicted_at[row]], dtype=torch.long)
     return ModelInputs(input_ids, position_ids, None, out_positions, torch.zeros_like(out_positions), tuple(segments))
 
 

@@ -53,7 +53,7 @@ def test_packed_and_shared_prefix_equal_the_padded_path(tiny_model: Path, tmp_pa
         mask, padded = out["mask"], out["padded"]
         assert padded["grads"] and all(g.abs().sum() > 0 for n, g in padded["grads"].items() if "layers" in n)
         # The split layout did split runs into more segments.
-        assert out["shared_split"]["rows"] > out["shared"]["rows"]
+        assert out["shared_split"]["blocks"] > out["shared"]["blocks"]
         for name in ("packed", "shared", "shared_split"):
             got = out[name]
             assert torch.allclose(got["logprobs"] * mask, padded["logprobs"] * mask, atol=1e-5), (rank, name)
