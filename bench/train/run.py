@@ -47,6 +47,33 @@ def roofline(threads: int) -> float:
     return best
 
 
+def smollm2_policy():
+    """SmolLM2-135M as a trainable MegatronLM on one gloo rank (TP = PP = DP = 1): (model, arch, tokenizer)."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    from transformers import AutoTokenizer
+
+    from kuberl.engine.config.trainer import OptimizerSpec
+    from kuberl.engine.models.arch import LlamaArch
+    from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
+    from kuberl.engine.runtime.policy import MegatronLM
+    from kuberl.engine.runtime.world import init_model_parallel
+
+    init_model_parallel(1, 1, seed=0)
+    folder = gguf_to_hf_folder(smollm2_gguf())
+    arch = LlamaArch.from_hf_config(read_hf_config(folder))
+    model = MegatronLM(arch, read_hf_state_dict(folder), optimizer=OptimizerSpec(lr=1e-7))
+    return model, arch, AutoTokenizer.from_pretrained(folder)
+
+
+def loss_fn(logits, mb, totals):
+    """The token-mean policy-gradient loss of one update (advantages 1)."""
+    from kuberl.engine.runtime.policy import response_logprobs_from_logits
+
+    logp = response_logprobs_from_logits(logits, mb)
+    return -(logp * mb.advantages).sum() / mb.mask.sum().clamp(min=1) * totals.scale(mb, "token_mean"), {}
+
+
 def timed_update(model, mbs, loss_fn) -> tuple[float, float]:
     """One update (MegatronLM.train_step) in its two parts: (forward + backward over the
     micro-batches, the optimizer's step)."""
@@ -100,31 +127,14 @@ def main() -> None:
     parser.add_argument("--batches", nargs="*", default=None, help="only these batches (default: all three)")
     args = parser.parse_args()
     threads = torch.get_num_threads()
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    from transformers import AutoTokenizer
-
-    from kuberl.engine.config.trainer import OptimizerSpec
-    from kuberl.engine.models.arch import LlamaArch
-    from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
-    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
     from kuberl.engine.runtime.packing import token_micro_batches
     from kuberl.engine.runtime.sequences import micro_batches, pack
-    from kuberl.engine.runtime.world import init_model_parallel
 
-    init_model_parallel(1, 1, seed=0)
-    folder = gguf_to_hf_folder(smollm2_gguf())
-    arch = LlamaArch.from_hf_config(read_hf_config(folder))
-    model = MegatronLM(arch, read_hf_state_dict(folder), optimizer=OptimizerSpec(lr=1e-7))
+    model, arch, tokenizer = smollm2_policy()
     params = sum(p.numel() for p in model.module.parameters())
     head = arch.vocab_size * arch.hidden_size  # the (tied) embedding: a lookup at the input, a matmul at the output
     body = params - head
-    tokenizer = AutoTokenizer.from_pretrained(folder)
     peak = roofline(threads)
-
-    def loss_fn(logits, mb, totals):
-        logp = response_logprobs_from_logits(logits, mb)
-        return -(logp * mb.advantages).sum() / mb.mask.sum().clamp(min=1) * totals.scale(mb, "token_mean"), {}
 
     results: dict = {}
     for name, (prompts, responses) in batches(tokenizer).items():

@@ -112,10 +112,9 @@ def attention_span(arch: LlamaArch) -> float:
     """The segment length at which a segment's attention costs what its linear layers do: a segment
     of L tokens costs about L + L^2 / span tokens' worth. A layer's weights cost 2 FLOPs each per
     token; a pair of positions 4 x heads x head_dim FLOPs (scores and weighted sums), weighed 2
-    times: torch's fused attention over a segment runs at about half the matmul rate (6.6 ms a
-    layer, forward and backward, for the main job's four segments of ~155 tokens, against 210
-    GFLOP/s of matmul), and on bench/train's long-answer batch segments of 2 samples (weight 2 or 1)
-    took 7.7 s against 8.0 s for one sample each (weight 4) and 7.9 s for 4 (weight 0.5)."""
+    times: torch's fused attention over a segment runs at about half the matmul rate, and on
+    bench/train's long-answer batch segments of 2 samples (weight 2 or 1) took 7.6 s against 8.0 s
+    for one sample each (weight 4) and 7.8 s for 4 (weight 0.5): bench/train/attention_weight.py."""
     d = arch.num_heads * arch.head_dim
     layer = arch.hidden_size * (2 * d + 2 * arch.num_kv_heads * arch.head_dim) + 3 * arch.hidden_size * arch.intermediate_size
     return 2 * layer / (2 * 4 * d)
