@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from kuberl.engine.config.tracking import TrackingSpec
 from kuberl.engine.tracking import RUN_IDS_FILE, Trackers, TrackingError, check_available, flat_params, tracked_scalars
 from kuberl.operator.testing.tracking_files import tensorboard_scalars, wandb_runs
+from kuberl.operator.testing.waiting import free_port
 
 
 def record(step: int) -> dict:
@@ -93,9 +93,7 @@ def test_wandb_offline_run_folder_holds_the_metrics_and_resume_keeps_the_run_id(
 
 
 def test_a_backend_that_fails_warns_once_and_the_others_go_on(tmp_path: Path, caplog, monkeypatch) -> None:
-    with socket.socket() as s:  # a port nobody listens on: the MLflow server is down
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it: the MLflow server is down
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
     specs = [TrackingSpec(backend="mlflow", tracking_uri=f"http://127.0.0.1:{port}"), TrackingSpec(backend="tensorboard")]

@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -98,12 +97,11 @@ def load_or_make(args: argparse.Namespace, config: dict) -> dict[str, torch.Tens
 def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, tg: int, workdir: Path) -> dict:
     from kuberl.engine.hybrid.plan import hybridflow_bytes, transfer_units
     from kuberl.engine.models.arch import LlamaArch
+    from kuberl.operator.testing.waiting import free_port
 
     config_path = workdir / f"{name}.json"
     config_path.write_text(json.dumps(config))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     out = workdir / f"{name}-t{tp}p{pp}g{tg}"
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--rank", str(r), "--world", "4", "--port", str(port),
                                "--tp", str(tp), "--pp", str(pp), "--tg", str(tg), "--config", str(config_path), "--out", str(out),
