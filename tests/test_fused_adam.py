@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kuberl.engine.runtime.policy import _fuse_adam
+from kuberl.engine.training.optimizer import _fuse_adam
 
 
 def _steps(fused: bool) -> list[torch.Tensor]:

@@ -60,6 +60,12 @@ class ModelInputs:
     """Packed: the flat run's attention segments, in order; positions after the last are padding
     (a pipeline's fixed length), which attends to nothing and which nothing attends to."""
 
+    def to(self, device: torch.device) -> "ModelInputs":
+        mask = None if self.attention_mask is None else self.attention_mask.to(device)
+        segments = None if self.segments is None else tuple(s.to(device) for s in self.segments)
+        return ModelInputs(self.input_ids.to(device), self.positions.to(device), mask, self.out_positions.to(device),
+                           self.out_rows.to(device), segments)
+
     @property
     def tokens(self) -> int:
         """Positions the model computes (the packed layout's padding to a fixed length included)."""

@@ -7,7 +7,6 @@ last pipeline stage are broadcast to the other stages, so every rank of the mode
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -20,10 +19,12 @@ from ..config.trainer import OptimizerSpec
 from ..models.arch import LlamaArch
 from ..models.convert import hf_to_megatron
 from ..training.megatron_model import build_gpt_model
+from ..training.micro_batch_layers import only_response_positions, rope_at_positions
+from ..training.optimizer import load_optimizer_state, megatron_optimizer, optimizer_state
 from ..training.segment_attention import use_segments
 from ..training.single_dp_rank import skip_identity_collectives
 from .loss_scale import UpdateTotals
-from .packing import (ModelInputs, Segment, attention_span, packed_inputs, packed_length, padded_inputs,
+from .packing import (ModelInputs, attention_span, packed_inputs, packed_length, padded_inputs,
                       shard_by_tokens, token_micro_batches)
 from .sequences import (MiniBatch, SeqBatch, micro_batches, on_response_grid, pad_rows, response_slots, response_tokens,
                         shard_rows)
@@ -59,47 +60,6 @@ def response_logprobs_from_logits(logits: torch.Tensor, batch: SeqBatch) -> torc
     return on_response_grid(-vocab_parallel_cross_entropy(x[:, None], labels[:, None])[:, 0], batch) * batch.mask
 
 
-def _only_response_positions(layer: torch.nn.Module, place: "MegatronLM") -> None:
-    """Make the output layer (LM head or value head) compute only the response positions.
-
-    Log-probs and values are needed there and nowhere else; the prompt's positions through a
-    49k-word head are a large share of a small model's FLOPs. The layer keeps its name and weights
-    (checkpoints and the hybrid engine see the same state); only its forward selects rows first.
-    """
-    original = layer.forward
-
-    def forward(hidden_states: torch.Tensor, *args, **kwargs):
-        # [N] positions and rows of the hidden states [s, rows, h] that predict each response token,
-        # set by the schedule for the micro-batch being computed (packing.ModelInputs); computed
-        # as a sequence of N tokens in one row: [N, 1, h].
-        positions, rows = place.positions
-        selected = hidden_states[positions, rows][:, None]
-        if place.logit_temperature != 1.0:
-            # logits / T, computed as (h / T) W: the head has no bias, and [N, h] is a
-            # hundredth of [N, v] to divide (and to back-propagate through).
-            selected = selected / place.logit_temperature
-        return original(selected, *args, **kwargs)
-
-    layer.forward = forward
-
-
-def _rope_at_positions(rotary: torch.nn.Module, place: "MegatronLM") -> None:
-    """Make the rotary embedding follow each token's own position, not its index in the row.
-
-    megatron-core's local attention path rotates token i by position i of the row; a packed row
-    holds several sequences whose positions restart (or, with a shared prefix, continue from the
-    prompt), so the angles are looked up per token: [s, rows, 1, d] instead of [s, 1, 1, d].
-    """
-    original = rotary.forward
-
-    def forward(max_seq_len: int, *args, **kwargs):
-        positions = place.rope_positions  # [rows, s]
-        table = original(max(max_seq_len, int(positions.max()) + 1), *args, **kwargs)  # [n, 1, 1, d]
-        return table[:, 0, 0, :][positions.T][:, :, None, :]
-
-    rotary.forward = forward
-
-
 def vocab_parallel_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy over a vocabulary split across the TP group; differentiable."""
     from megatron.core import parallel_state as ps
@@ -114,18 +74,6 @@ def vocab_parallel_entropy(logits: torch.Tensor) -> torch.Tensor:
     z = reduce_from_tensor_model_parallel_region(e.sum(-1))
     ex = reduce_from_tensor_model_parallel_region((e * x).sum(-1))
     return z.log() - ex / z
-
-
-def learning_rate(spec: OptimizerSpec, step: int, total_steps: int) -> float:
-    """The learning rate of update `step` (0-based): linear warm-up, then constant, cosine or linear decay to 0."""
-    if spec.warmup_steps and step < spec.warmup_steps:
-        return spec.lr * (step + 1) / spec.warmup_steps
-    if spec.schedule == "constant":
-        return spec.lr
-    progress = min(1.0, (step - spec.warmup_steps) / max(1, total_steps - spec.warmup_steps))
-    if spec.schedule == "cosine":
-        return spec.lr * 0.5 * (1.0 + math.cos(math.pi * progress))
-    return spec.lr * (1.0 - progress)
 
 
 @dataclass(frozen=True)
@@ -173,15 +121,14 @@ class MegatronLM:
             shard.pop("output_layer.weight", None)
             if place.pp_rank == place.pp - 1:
                 module.output_layer = ValueHead(arch.hidden_size, dtype)
-        # What the patched layers read of the micro-batch being computed (set by the schedule's forward step).
-        self.positions: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.rope_positions: torch.Tensor | None = None
-        self.segments: tuple[Segment, ...] | None = None
+        # The micro-batch being computed, on this rank's device (set by the schedule's forward step):
+        # what the layers wrapped below read of its layout.
+        self.current: ModelInputs | None = None
         if place.pp_rank == place.pp - 1:
-            _only_response_positions(module.output_layer, self)
-        _rope_at_positions(module.rotary_pos_emb, self)
+            only_response_positions(module.output_layer, self._current, self.logit_temperature)
+        rope_at_positions(module.rotary_pos_emb, self._current)
         for layer in module.decoder.layers:
-            use_segments(layer.self_attention.core_attention, lambda: self.segments)
+            use_segments(layer.self_attention.core_attention, lambda: self._current().segments)
         missing, unexpected = module.load_state_dict(shard, strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state") and not (value_head and k == "output_layer.weight")]
         if missing or unexpected:
@@ -206,10 +153,15 @@ class MegatronLM:
         self.model.config.no_sync_func = self.model.no_sync
         self.model.config.finalize_model_grads_func = finalize_model_grads
         self.module = module
-        self.optimizer = _megatron_optimizer(optimizer, self.model, dtype)
+        self.optimizer = megatron_optimizer(optimizer, self.model, dtype)
         self.optimizer_spec = optimizer
 
     # -- computing ------------------------------------------------------------------------------
+
+    def _current(self) -> ModelInputs:
+        if self.current is None:
+            raise RuntimeError("a layer ran outside the schedule's forward step: no micro-batch is being computed")
+        return self.current
 
     def _schedule(self, batches: list[SeqBatch], loss_fn: LossFn, forward_only: bool,
                   totals: UpdateTotals | None = None) -> list[dict[str, torch.Tensor]]:
@@ -225,11 +177,8 @@ class MegatronLM:
         def forward_step(data_iterator, model):
             mb, x = next(data_iterator)
             mb = mb.to(device)
-            self.positions = (x.out_positions.to(device), x.out_rows.to(device))
-            self.rope_positions = x.positions.to(device)
-            self.segments = None if x.segments is None else tuple(s.to(device) for s in x.segments)
-            mask = None if x.attention_mask is None else x.attention_mask.to(device)
-            output = model(x.input_ids.to(device), x.positions.to(device), mask, labels=None)
+            self.current = x = x.to(device)
+            output = model(x.input_ids, x.positions, x.attention_mask, labels=None)
             if ps.is_pipeline_last_stage():
                 # [1, N, v/tp] logits or [1, N, 1] values at the response tokens -> [N, v/tp] or [N]
                 output = output[0].squeeze(-1) if value_head else output[0]
@@ -367,8 +316,7 @@ class MegatronLM:
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {"model": self.megatron_state()}
         if self.optimizer is not None:
-            state["optimizer"] = [{"common": opt.state_dict(), "params": _param_states(opt)}
-                                  for opt in self.optimizer.chained_optimizers]
+            state["optimizer"] = optimizer_state(self.optimizer)
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -377,75 +325,7 @@ class MegatronLM:
         if unexpected or [k for k in missing if not k.endswith("_extra_state")]:
             raise RuntimeError(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         if self.optimizer is not None:
-            for opt, saved in zip(self.optimizer.chained_optimizers, state["optimizer"], strict=True):
-                opt.load_state_dict(saved["common"])
-                _load_param_states(opt, saved["params"])
-
-
-def _megatron_optimizer(spec: OptimizerSpec, model, dtype: torch.dtype):
-    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-
-    chained = get_megatron_optimizer(
-        OptimizerConfig(optimizer="sgd" if spec.name == "sgd" else "adam", lr=spec.lr, weight_decay=spec.weight_decay,
-                        adam_beta1=spec.beta1, adam_beta2=spec.beta2, adam_eps=spec.eps, clip_grad=spec.grad_clip,
-                        bf16=dtype == torch.bfloat16, use_distributed_optimizer=True),
-        [model],
-    )
-    for opt in chained.chained_optimizers:
-        _fuse_adam(opt.optimizer)
-    return chained
-
-
-def _fuse_adam(optimizer: torch.optim.Optimizer) -> None:
-    """Without Transformer Engine or Apex, megatron-core falls back to torch's Adam(W) in its
-    default per-tensor loop; torch's fused kernel computes the same update in one pass over each
-    tensor (10x faster on a CPU for a 135M-parameter model). Set before any state exists, so the
-    step counters are made (and loaded from a checkpoint) where the fused kernel wants them."""
-    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-        return
-    for group in [optimizer.defaults, *optimizer.param_groups]:
-        group["fused"], group["foreach"] = True, False
-
-
-# The distributed optimizer keeps, per model parameter, this rank's shard of the main parameter and
-# its Adam state. megatron-core 0.16.1's rank-local save/load pair disagree on their format (the
-# loader expects a "padding" entry the saver never writes), and copying into a fresh optimizer's
-# state would share one "step" tensor between parameters. So: walk the optimizer's own
-# (deterministic) parameter order, save clones, and on load give each parameter its own state.
-
-def _model_params(opt) -> list[torch.nn.Parameter]:
-    return [param for gbuf_range_maps in opt.gbuf_ranges for maps in gbuf_range_maps.values()
-            for gbuf_range_map in maps for param in gbuf_range_map["param_map"]]
-
-
-def _main_param(opt, param: torch.nn.Parameter) -> torch.Tensor:
-    group_index, group_order = opt.model_param_group_index_map[param]
-    return opt.optimizer.param_groups[group_index]["params"][group_order]
-
-
-def _param_states(opt) -> list[dict[str, torch.Tensor]]:
-    out = []
-    for param in _model_params(opt):
-        main = _main_param(opt, param)
-        state = {k: v.detach().clone() for k, v in opt.optimizer.state[main].items()}
-        # In float32 the main parameter is a view of the model's own weight, which the checkpoint
-        # holds already ("model"): a second copy was a quarter of the main job's checkpoint.
-        if main.untyped_storage().data_ptr() != param.untyped_storage().data_ptr():
-            state["param"] = main.detach().clone()
-        out.append(state)
-    return out
-
-
-@torch.no_grad()  # main parameters are views of leaves that require grad
-def _load_param_states(opt, states: list[dict[str, torch.Tensor]]) -> None:
-    params = _model_params(opt)
-    if len(params) != len(states):
-        raise RuntimeError(f"checkpoint has optimizer state for {len(states)} parameters, the model has {len(params)}")
-    for param, saved in zip(params, states):
-        main = _main_param(opt, param)
-        if "param" in saved:  # else a view of the model's weight, loaded with the model
-            main.copy_(saved["param"])
-        opt.optimizer.state[main] = {k: v.clone() for k, v in saved.items() if k != "param"}
+            load_optimizer_state(self.optimizer, state["optimizer"])
 
 
 def _mean_stats(results: list[dict[str, torch.Tensor]]) -> dict[str, float]:

@@ -29,7 +29,7 @@ from ..data import Example
 from ..rollout.vllm_backend import Sampling
 from ..runtime.losses import MISMATCH_KEYS, mismatch_stats
 from ..runtime.overlap import Background
-from ..runtime.policy import learning_rate
+from ..training.optimizer import learning_rate
 from ..runtime.roles import mean_of, mean_over
 from ..runtime.sequences import SeqBatch, pack, update_plan
 from .records import Rollout, Scores, StepRecord
