@@ -23,6 +23,7 @@ do not change with the layout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -134,17 +135,19 @@ def _split_run(run: list[int], rows: list[_Row], span: float | None) -> list[lis
     """A run of samples with one prompt, as consecutive chunks of k samples that each share one
     copy of the prompt (a segment each); k the cheapest (the whole run where attention is cheap, one
     sample per segment where the answers are long enough that one segment's attention costs more
-    than the copies of the prompt it saves)."""
-    if span is None or len(run) == 1:
+    than the copies of the prompt it saves). O(n log n) in the run's length n: a chunk's tokens
+    come from running totals, and there are n / k chunks of k."""
+    n = len(run)
+    if span is None or n == 1:
         return [run]
     prompt = len(rows[run[0]].prompt)
-    best, best_cost = [run], float("inf")
-    for k in range(len(run), 0, -1):  # the larger k on a tie: fewer segments
-        chunks = [run[i:i + k] for i in range(0, len(run), k)]
-        cost = sum(_row_cost(prompt + sum(rows[r].read for r in c), span) for c in chunks)
+    fed = list(accumulate((rows[r].read for r in run), initial=0))  # fed[i]: response tokens of run[:i]
+    best_k, best_cost = n, float("inf")
+    for k in range(n, 0, -1):  # the larger k on a tie: fewer segments
+        cost = sum(_row_cost(prompt + fed[min(i + k, n)] - fed[i], span) for i in range(0, n, k))
         if cost < best_cost:
-            best, best_cost = chunks, cost
-    return best
+            best_k, best_cost = k, cost
+    return [run[i:i + best_k] for i in range(0, n, best_k)]
 
 
 def _segments_of(rows: list[_Row], share_prefix: bool, span: float | None = None) -> list[list[int]]:
@@ -221,17 +224,27 @@ def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: 
     exceeds the budget is a micro-batch of its own. Rows stay in order; the layout of each
     candidate is the one packed_inputs will build, so the count is what the model computes.
 
-    Bounded: a micro-batch holds at most `budget` rows, and each candidate is laid out once."""
+    Bounded: adding a row changes only the micro-batch's last run of samples (the rows with its
+    prompt), so only that run is laid out again (_split_run, O(n log n) for n samples)."""
     rows = _rows(batch)
+
+    def run_length(run: list[int]) -> int:
+        return sum(_lengths([rows[r] for r in run], share_prefix, span))
+
     groups: list[list[int]] = []
     current: list[int] = []
-    for i in range(len(rows)):
-        candidate = current + [i]
-        lengths = _lengths([rows[r] for r in candidate], share_prefix, span)
-        if current and sum(lengths) > budget:
+    closed = 0  # positions of the runs of `current` before its last
+    last: list[int] = []  # the last run of `current`: consecutive samples of one prompt
+    for i, row in enumerate(rows):
+        if share_prefix and last and rows[last[0]].prompt == row.prompt:
+            candidate_closed, candidate_last = closed, last + [i]
+        else:
+            candidate_closed, candidate_last = closed + (run_length(last) if last else 0), [i]
+        if current and candidate_closed + run_length(candidate_last) > budget:
             groups.append(current)
-            candidate = [i]
-        current = candidate
+            current, closed, last = [i], 0, [i]
+        else:
+            current, closed, last = current + [i], candidate_closed, candidate_last
     if current:
         groups.append(current)
     return [batch.select(g) for g in groups]
