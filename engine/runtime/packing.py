@@ -22,10 +22,11 @@ do not change with the layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import torch
+import torch.nn.functional as F
 
 from ..config.trainer import TrainerSpec
 from ..models.arch import LlamaArch
@@ -199,14 +200,21 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
             # Token j is predicted by the position before it: the prompt's last for j = 0.
             predicted_at[row] = ([start + len(prompt) - 1] + list(range(first, first + read)))[:n]
         segments.append(Segment(start, len(ids) - start, _shared_prefix_mask(owner) if len(run) > 1 else None))
-    if length is not None and len(ids) > length:
-        raise ValueError(f"a packed micro-batch of {len(ids)} tokens does not fit the fixed length {length}")
-    pad = (length or len(ids)) - len(ids)
-    input_ids = torch.tensor(ids + [pad_id] * pad, dtype=torch.long)[None]
-    position_ids = torch.tensor(positions + [0] * pad, dtype=torch.long)[None]
     # In response_slots order: row by row of mb, each row's tokens in order.
     out_positions = torch.tensor([p for row in range(len(rows)) for p in predicted_at[row]], dtype=torch.long)
-    return ModelInputs(input_ids, position_ids, None, out_positions, torch.zeros_like(out_positions), tuple(segments))
+    x = ModelInputs(torch.tensor(ids, dtype=torch.long)[None], torch.tensor(positions, dtype=torch.long)[None], None,
+                    out_positions, torch.zeros_like(out_positions), tuple(segments))
+    return x if length is None else pad_run(x, length, pad_id)
+
+
+def pad_run(x: ModelInputs, length: int, pad_id: int = 0) -> ModelInputs:
+    """A packed micro-batch padded at the end of its run to `length` positions (a pipeline's one
+    shape); the padding belongs to no segment, so it attends to nothing and nothing attends to it."""
+    have = x.input_ids.shape[1]
+    if have > length:
+        raise ValueError(f"a packed micro-batch of {have} tokens does not fit the fixed length {length}")
+    pad = length - have
+    return replace(x, input_ids=F.pad(x.input_ids, (0, pad), value=pad_id), positions=F.pad(x.positions, (0, pad)))
 
 
 def _shared_prefix_mask(owner: list[int]) -> torch.Tensor:

@@ -24,7 +24,7 @@ from ..training.optimizer import load_optimizer_state, megatron_optimizer, optim
 from ..training.segment_attention import use_segments
 from ..training.single_dp_rank import skip_identity_collectives
 from .loss_scale import UpdateTotals
-from .packing import (ModelInputs, attention_span, packed_inputs, packed_length, padded_inputs,
+from .packing import (ModelInputs, attention_span, packed_inputs, pad_run, padded_inputs,
                       shard_by_tokens, token_micro_batches)
 from .sequences import (MiniBatch, SeqBatch, micro_batches, on_response_grid, pad_rows, response_slots, response_tokens,
                         shard_rows)
@@ -212,10 +212,11 @@ class MegatronLM:
         """The micro-batches in this model's layout; under a pipeline all of one shape (the longest)."""
         if not self.packed:
             return [padded_inputs(mb) for mb in batches]
-        length = None
+        runs = [packed_inputs(mb, self.share_prefix, span=self.span) for mb in batches]
         if self.place.pp > 1:  # the stages exchange activations of one fixed shape
-            length = max(packed_length(mb, self.share_prefix, self.span) for mb in batches)
-        return [packed_inputs(mb, self.share_prefix, self.pad_id, length, self.span) for mb in batches]
+            length = max(x.tokens for x in runs)
+            runs = [pad_run(x, length, self.pad_id) for x in runs]
+        return runs
 
     @torch.no_grad()
     def response_logprobs(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
