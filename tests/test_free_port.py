@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from kuberl.operator.testing.waiting import _ephemeral_low, free_port
+from kuberl.operator.testing.waiting import _LOWEST_PORT, _ephemeral_low, free_port
 
 
 def test_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:
@@ -12,7 +12,7 @@ def test_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:
     ports = [free_port() for _ in range(50)]
     assert len(set(ports)) == len(ports), "a port was handed out twice"
     for port in ports:
-        assert 10000 <= port < low
+        assert _LOWEST_PORT <= port < low
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
 
@@ -21,7 +21,7 @@ def test_a_port_something_listens_on_is_never_handed_out() -> None:
     listeners = []
     try:
         taken = set()
-        for port in range(10000, 10000 + 200):
+        for port in range(_LOWEST_PORT, _LOWEST_PORT + 200):
             s = socket.socket()
             try:
                 s.bind(("127.0.0.1", port))

@@ -10,7 +10,9 @@ from typing import Any, Callable
 
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-_LOWEST_PORT = 10000
+# Above the well-known ports of Kubernetes components that tests start with their defaults (the
+# kubelet's healthz 10248 and API 10250, kube-proxy's 10249/10256, controller manager's 10257, ...).
+_LOWEST_PORT = 20000
 _RANDOM = random.SystemRandom()  # not the seeded module RNG: two seeded processes would draw the same ports
 _handed_out: set[int] = set()  # registry of this process's picks: a port is never handed out twice
 
