@@ -193,11 +193,14 @@ def test_indexed_gpu_job_lands_on_the_gpu_pool_and_succeeds(control_plane) -> No
     batch.create_namespaced_job(ns, _gpu_job("train", tolerate=True))
 
     def complete():
+        # Since Kubernetes 1.31 `succeeded` reaches 3 with SuccessCriteriaMet first; Complete follows
+        # once every pod is terminal, a window this test could read the Job in: wait for Complete itself.
         job = batch.read_namespaced_job("train", ns)
-        return job if job.status.succeeded == 3 else None
+        done = any(c.type == "Complete" and c.status == "True" for c in job.status.conditions or [])
+        return job if done else None
 
-    job = eventually(complete, 90, "the indexed Job to succeed")
-    assert any(c.type == "Complete" and c.status == "True" for c in job.status.conditions)
+    job = eventually(complete, 90, "the indexed Job to be Complete")
+    assert job.status.succeeded == 3
     pods = core.list_namespaced_pod(ns, label_selector="job-name=train").items
     assert sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1", "2"]
     nodes = {p.spec.node_name for p in pods}
