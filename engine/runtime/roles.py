@@ -25,6 +25,7 @@ from ..config.topology import EngineConfig
 from . import checkpoint as ckpt
 from .role_worlds import ObjectLink, RoleWorld
 from .stopping import StopRequest, agree
+from .update_stats import mean_of, mean_over
 
 log = logging.getLogger("kuberl.engine")
 
@@ -71,18 +72,6 @@ class RoleFailure:
     """What a role replies when a command failed on its first rank (the controller raises it)."""
 
     message: str
-
-
-def mean_of(stats: list[dict[str, float]]) -> dict[str, float]:
-    """The mean of each statistic over several updates."""
-    return {k: sum(s[k] for s in stats) / len(stats) for k in stats[0]}
-
-
-def mean_over(stats: dict[str, float]) -> dict[str, float]:
-    """The mean of each statistic over the ranks of this rank's world (its role's ranks)."""
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, stats)
-    return {k: sum(g[k] for g in gathered) / len(gathered) for k in stats}
 
 
 def checkpoint_root(config: EngineConfig, base_dir: Path) -> Path:

@@ -29,8 +29,8 @@ from ..data import Example
 from ..rollout.vllm_backend import Sampling
 from ..runtime.losses import MISMATCH_KEYS, mismatch_stats
 from ..runtime.overlap import Background
-from ..runtime.roles import mean_of, mean_over
 from ..runtime.sequences import SeqBatch, pack, update_plan
+from ..runtime.update_stats import mean_of, mean_over
 from ..training.optimizer import learning_rate
 from .records import Rollout, Scores, StepRecord
 

@@ -10,7 +10,7 @@ from .. import algorithms as A
 from ..config.algorithm import DPOSpec
 from ..runtime.loss_scale import UpdateTotals
 from ..runtime.policy import response_logprobs_from_logits
-from ..runtime.roles import mean_of, mean_over
+from ..runtime.update_stats import mean_of, mean_over
 from ..runtime.sequences import SeqBatch, micro_batches, pack, shard_rows
 from .context import StepContext
 from .registry import register_step
