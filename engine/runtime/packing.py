@@ -243,16 +243,18 @@ def token_micro_batches(batch: SeqBatch, budget: int, share_prefix: bool, span: 
     current: list[int] = []
     closed = 0  # positions of the runs of `current` before its last
     last: list[int] = []  # the last run of `current`: consecutive samples of one prompt
+    last_length = 0  # its positions
     for i, row in enumerate(rows):
         if share_prefix and last and rows[last[0]].prompt == row.prompt:
             candidate_closed, candidate_last = closed, last + [i]
         else:
-            candidate_closed, candidate_last = closed + (run_length(last) if last else 0), [i]
-        if current and candidate_closed + run_length(candidate_last) > budget:
+            candidate_closed, candidate_last = closed + last_length, [i]
+        candidate_length = run_length(candidate_last)
+        if current and candidate_closed + candidate_length > budget:
             groups.append(current)
-            current, closed, last = [i], 0, [i]
+            current, closed, last, last_length = [i], 0, [i], run_length([i])
         else:
-            current, closed, last = current + [i], candidate_closed, candidate_last
+            current, closed, last, last_length = current + [i], candidate_closed, candidate_last, candidate_length
     if current:
         groups.append(current)
     return [batch.select(g) for g in groups]

@@ -59,8 +59,9 @@ def main() -> None:
         policy.model.zero_grad_buffer()
         policy._schedule(mbs, loss_fn, forward_only=False)
         grads = {n: p.main_grad.detach().clone() for n, p in policy.model.module.named_parameters()}
-        out[name] = {"logprobs": logprobs, "grads": grads, "tokens": sum(x.tokens for x in policy.model_inputs(mbs)),
-                     "blocks": sum(x.attention_blocks for x in policy.model_inputs(mbs))}
+        inputs = policy.model_inputs(mbs)
+        out[name] = {"logprobs": logprobs, "grads": grads, "tokens": sum(x.tokens for x in inputs),
+                     "blocks": sum(x.attention_blocks for x in inputs)}
     policy.span = span
     out["mask"] = batch.mask
     out["splits"] = split_gradients(policy, batch)
