@@ -1,11 +1,13 @@
 """The algorithms against values computed by hand (worked out in the comments)."""
 
 import math
+import typing
 
 import pytest
 import torch
 
 from kuberl.engine import algorithms as A
+from kuberl.engine.config.algorithm import AlgorithmName
 
 
 def close(actual, expected, tol=1e-5):
@@ -298,3 +300,14 @@ def test_explicit_choices_replace_the_presets_with_snake_case_options():
     assert (choice.advantage, choice.advantage_options) == ("opo", {})
     assert (choice.policy_loss, choice.policy_loss_options) == ("gspo", {"clip_high": 0.28})
     assert spec.min_samples == 2 and not spec.needs_critic
+
+
+@pytest.mark.parametrize("name", typing.get_args(AlgorithmName))
+def test_every_preset_samples_exactly_when_its_step_does(name: str) -> None:
+    """The config's answer (what the engine builds vLLM for, the logits' temperature) and the step
+    registry's (what the step does) agree for every preset."""
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+    from kuberl.engine.steps import STEPS
+
+    spec = AlgorithmSpec(name=name, **({"klCoef": 0.0} if name == "dpo" else {}))
+    assert spec.on_policy == STEPS[A.choice_of(spec).step].on_policy == (name != "dpo")

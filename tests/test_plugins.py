@@ -124,3 +124,15 @@ def test_the_engine_refuses_a_step_it_cannot_run(tmp_path: Path, algorithm: dict
     config = _engine_config(tmp_path, algorithm, samples)
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         check_supported(config)
+
+
+def test_a_job_that_samples_is_refused_a_step_that_trains_on_given_pairs(tmp_path: Path) -> None:
+    from kuberl.engine.runtime.checks import ConfigError, check_supported
+
+    plugin = tmp_path / "pairs_step.py"
+    plugin.write_text("from kuberl.engine.steps import register_step\n"
+                      "@register_step('pairs_only', summary='x', on_policy=False)\n"
+                      "def pairs_only(ctx):\n    pass\n")
+    config = _engine_config(tmp_path, {"name": "grpo", "step": {"name": "pairs_only"}, "plugins": [{"path": str(plugin)}]})
+    with pytest.raises(ConfigError, match="algorithm.step.name: pairs_only trains on preference pairs: it is dpo's step"):
+        check_supported(config)

@@ -305,6 +305,12 @@ class AlgorithmSpec(SpecModel):
     )
 
     @property
+    def on_policy(self) -> bool:
+        """It generates with vLLM and scores the completions: every algorithm but dpo, which trains on
+        given pairs. check_supported holds the job's step function (a plug-in's too) to the same answer."""
+        return self.name != "dpo"
+
+    @property
     def needs_reference(self) -> bool:
         """Whether a reference policy must compute log-probs."""
         return self.name == "dpo" or self.kl_coef > 0.0

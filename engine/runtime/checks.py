@@ -26,7 +26,7 @@ def check_supported(config: EngineConfig) -> None:
         if name and name not in entries:
             raise ConfigError(f"algorithm.{field}.name: {name!r} is not registered (known: {', '.join(sorted(entries))})")
     step = STEPS[choice.step]
-    if step.on_policy == (algorithm.name == "dpo"):
+    if step.on_policy != algorithm.on_policy:
         raise ConfigError(f"algorithm.step.name: {step.name} " + ("trains on preference pairs: it is dpo's step" if not step.on_policy
                                                                    else "generates and scores; dpo trains on given pairs"))
     estimator = A.estimator_of(algorithm)
@@ -52,7 +52,7 @@ def check_supported(config: EngineConfig) -> None:
     if choice.step == "dynamic_sampling" and samples < 2:
         raise ConfigError("rollout.samplesPerPrompt: dynamic sampling keeps groups whose samples' rewards differ; "
                           "it needs at least 2 samples per prompt")
-    if config.algorithm.name != "dpo" and config.reward is None:
+    if config.algorithm.on_policy and config.reward is None:
         raise ConfigError("reward: a reward source is required for on-policy algorithms")
     from ..tracking import TrackingError, check_available
 

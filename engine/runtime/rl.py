@@ -24,11 +24,8 @@ from __future__ import annotations
 
 import logging
 import math
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -53,23 +50,11 @@ from .role_access import RoleAccess
 from .role_worlds import RoleWorld
 from .roles import RemoteRewardModel, RoleLink, checkpoint_root, policy_temperature
 from .stopping import StopRequest, agree
+from .timer import Timer
 
 __all__ = ["ConfigError", "RLRun", "Timer", "check_supported"]
 
 log = logging.getLogger("kuberl.engine")
-
-
-@dataclass
-class Timer:
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def __call__(self, phase: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - started
 
 
 def recomputes_old_logprobs(algorithm: AlgorithmSpec, half: bool, truncated: bool) -> bool:
@@ -94,9 +79,7 @@ class RLRun:
         self.remote_roles = set(world.remote_roles())
         self.links = {role: RoleLink(role, link) for role, link in world.links.items()} if self.is_controller else {}
         trainer, algorithm = config.trainer, config.algorithm
-        from ..steps import step_entry
-
-        self.dpo = not step_entry(A.choice_of(algorithm).step).on_policy
+        self.dpo = not algorithm.on_policy
 
         folder = model_folder(config.model, base_dir)
         self.folder = folder

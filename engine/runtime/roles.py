@@ -82,10 +82,7 @@ def checkpoint_root(config: EngineConfig, base_dir: Path) -> Path:
 def policy_temperature(config: EngineConfig) -> float:
     """What the actor's and the reference's logits are divided by (RolloutSpec.training_temperature);
     1 for a job that samples nothing (DPO learns from given pairs)."""
-    from .. import algorithms as A
-    from ..steps import step_entry
-
-    if config.rollout is None or not step_entry(A.choice_of(config.algorithm).step).on_policy:
+    if config.rollout is None or not config.algorithm.on_policy:
         return 1.0
     return config.rollout.training_temperature
 

@@ -18,8 +18,6 @@ masked out of `batch.mask`); the operations after it only read the packed batch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 from .. import algorithms as A
@@ -30,15 +28,15 @@ from ..rollout.vllm_backend import Sampling
 from ..runtime.losses import MISMATCH_KEYS, mismatch_stats
 from ..runtime.overlap import Background
 from ..runtime.sequences import SeqBatch, pack, update_plan
+from ..runtime.timer import Timer
 from ..runtime.update_stats import mean_of, mean_over
 from ..training.optimizer import learning_rate
 from .records import Rollout, Scores, StepRecord
+from .run_view import StepRun
 
-if TYPE_CHECKING:
-    from ..runtime.rl import RLRun, Timer
 
 class StepContext:
-    def __init__(self, run: "RLRun", timer: "Timer", choice: AlgorithmChoice):
+    def __init__(self, run: StepRun, timer: Timer, choice: AlgorithmChoice):
         self.run, self.timer, self.choice = run, timer, choice
         self.config: EngineConfig = run.config
         self.step = run.step
