@@ -1,129 +1,167 @@
 """The GPU check for a lent machine (one prepared run, a few minutes): what CPU tests cannot show.
 
-1. a bf16 TP=1 training step of SmolLM2 on megatron-core (forward, backward, AdamW step);
-2. vLLM (PyPI's CUDA build) generation in the same process;
-3. a weight update from the trained model into vLLM, and the completions changing;
-4. vLLM sleep and wake, with the device memory it frees (torch.cuda.mem_get_info before and after);
-5. the RL loop's MegatronLM (DDP, distributed optimizer, bf16): a step, its optimizer state and
-   gradients off the device and back (memory_allocated before and after), and a second step.
-Prints one JSON object; exit status 1 if any check fails.
+    python bench/gpu_check.py                        # on the GPU: SmolLM2 in bf16, every check
+    python bench/gpu_check.py --cpu --model DIR      # the same code on CPU in fp32, less the
+                                                     # device-memory checks (tests/rl/test_gpu_check_on_cpu.py)
 
-    python bench/gpu_check.py
+The engine's own parts, in a one-rank world as a trainer pod runs them (NCCL on the GPU):
+1. vLLM (PyPI's CUDA build on the GPU) samples a group of completions per prompt;
+2. the response log-probs of those sequences in the packed, shared-prefix layout (segment attention,
+   the default) equal the padded layout's (Megatron's attention), in fp32;
+3. the RL loop's MegatronLM (DDP, distributed optimizer) takes a step on packed micro-batches;
+4. its weights stream into vLLM, and the greedy completions change;
+5. vLLM sleeps and wakes, freeing device memory (GPU only);
+6. the optimizer state and gradient buffers leave the device for rollout and come back (GPU: bytes
+   freed), and a second step follows.
+Prints one JSON object (vLLM prints its own lines before it; --out FILE writes it alone); exit
+status 1 if any check fails. The CPU run exists so that this script, which runs only when a GPU is
+lent, cannot drift from the engine's API unnoticed.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
+
+PROMPT_IDS = [[1, 9690, 198, 2683, 314, 216, 33, 34, 1232, 216, 39, 47, 2, 198, 1, 520, 9531, 198],
+              [1, 9690, 198, 2683, 314, 216, 36, 1232, 216, 41, 2, 198, 1, 520, 9531, 198]]
+SAMPLES = 4
+# fp32 log-probs of two attention implementations: 1e-5 on CPU (tests/rl/test_packing.py); CUDA's
+# kernels sum in other orders.
+LOGPROB_TOLERANCE = {"cpu": 1e-4, "cuda": 1e-3}
 
 
-def main() -> int:
-    if not torch.cuda.is_available():
-        print(json.dumps({"error": "no CUDA device"}))
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu", action="store_true", help="run on CPU in fp32, without the device-memory checks")
+    parser.add_argument("--model", type=Path, help="a Hugging Face Llama folder (default: SmolLM2-135M-Instruct)")
+    parser.add_argument("--port", type=int, default=29555, help="the one-rank world's TCPStore port")
+    parser.add_argument("--out", type=Path, help="also write the report here (JSON)")
+    args = parser.parse_args(argv)
+    device = "cpu" if args.cpu else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print(json.dumps({"error": "no CUDA device (run with --cpu for the CPU part)"}))
         return 1
+    if device == "cpu":
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # as the worker does on CPU
+    else:
+        torch.cuda.set_device(0)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
+
     from kuberl.engine.models.arch import LlamaArch
-    from kuberl.engine.models.convert import hf_to_megatron, megatron_to_hf
     from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
-    from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
+    from kuberl.engine.rollout.vllm_backend import VLLMRollout
+    from kuberl.engine.runtime.world import init_model_parallel
 
-    report: dict = {"device": torch.cuda.get_device_name(0)}
-    folder = gguf_to_hf_folder(smollm2_gguf())
-    prompts = [[1, 9690, 198, 2683, 314, 216, 33, 34, 1232, 216, 39, 47, 2, 198, 1, 520, 9531, 198]] * 4
-
-    # vLLM first: it sets up torch.distributed for its one-rank world, which Megatron then reuses.
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29555")
-    started = time.perf_counter()
-    rollout = VLLMRollout(folder, dtype="bfloat16", gpu_memory_utilization=0.3, max_model_len=1024)
-    report["vllm_start_seconds"] = round(time.perf_counter() - started, 1)
-    greedy = Sampling(max_new_tokens=32, temperature=0.0)
-    before = rollout.generate(prompts, greedy)
-    report["vllm_generated_tokens"] = sum(len(c.token_ids) for c in before)
-
-    # A bf16 training step on megatron-core, TP=1.
-    import torch.distributed as dist
-    if not dist.is_initialized():
-        dist.init_process_group("nccl", rank=0, world_size=1)
-    from megatron.core import parallel_state as ps
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
-
-    from kuberl.engine.training.megatron_model import build_gpt_model, causal_mask
-
-    if not ps.model_parallel_is_initialized():
-        ps.initialize_model_parallel(1, 1)
-    model_parallel_cuda_manual_seed(0)
+    init_model_parallel(1, 1, seed=0)
+    folder = args.model or gguf_to_hf_folder(smollm2_gguf())
     arch = LlamaArch.from_hf_config(read_hf_config(folder))
-    model = build_gpt_model(arch, dtype=torch.bfloat16).cuda()
-    model.load_state_dict({k: v.to(torch.bfloat16) for k, v in hf_to_megatron(read_hf_state_dict(folder), arch).items()}, strict=False)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    ids = torch.randint(0, arch.vocab_size, (8, 256), device="cuda")
-    positions = torch.arange(256, device="cuda").unsqueeze(0).expand(8, 256)
-    torch.cuda.synchronize()
+    state = read_hf_state_dict(folder)
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    report: dict = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "dtype": str(dtype)}
+
     started = time.perf_counter()
-    losses = model(ids, positions, causal_mask(256, "cuda"), labels=torch.roll(ids, -1, 1))
-    loss = losses.float().mean()
-    loss.backward()
-    optimizer.step()
-    torch.cuda.synchronize()
-    report["train_step_seconds"] = round(time.perf_counter() - started, 3)
-    report["train_loss"] = round(loss.item(), 4)
-    report["train_memory_allocated_gib"] = round(torch.cuda.memory_allocated() / 2**30, 2)
+    rollout = VLLMRollout(folder, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+                          gpu_memory_utilization=0.3, kv_cache_bytes=64 << 20, max_model_len=512)
+    report["vllm_start_seconds"] = round(time.perf_counter() - started, 1)
+    batch = sampled_batch(rollout, report)
 
-    # Weight update: the trained weights stream into vLLM, and the completions change.
-    state = {k: v for k, v in model.state_dict().items() if not k.endswith("_extra_state")}
-    hf = megatron_to_hf({(0, 0): state}, arch)
+    checks = {"packed_matches_padded": packed_matches_padded(arch, state, batch, report) < LOGPROB_TOLERANCE[device]}
+    checks.update(train_switch_and_train_again(arch, state, dtype, batch, rollout, report, device == "cuda"))
+    report["checks"] = checks
+    report["ok"] = all(checks.values())
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if report["ok"] else 1
+
+
+def sampled_batch(rollout, report: dict):
+    """SAMPLES completions of each prompt, as the trainer's packed rows (a group shares its prompt)."""
+    from kuberl.engine.rollout.vllm_backend import Sampling
+    from kuberl.engine.runtime.sequences import pack
+
     started = time.perf_counter()
-    report["update_bytes"] = rollout.update_weights(iter(hf.items()))
-    report["update_seconds"] = round(time.perf_counter() - started, 3)
-    after = rollout.generate(prompts, greedy)
-    report["completions_changed"] = any(a.token_ids != b.token_ids for a, b in zip(after, before))
+    completions = rollout.generate(PROMPT_IDS, Sampling(max_new_tokens=24, temperature=1.0, n=SAMPLES))
+    report["vllm_sample_seconds"] = round(time.perf_counter() - started, 2)
+    report["vllm_generated_tokens"] = sum(len(c.token_ids) for c in completions)
+    return pack([PROMPT_IDS[c.prompt_index] for c in completions], [c.token_ids for c in completions], pad_id=0)
 
-    # Sleep frees the KV cache (and weights at level 1 go to host memory); wake restores them.
-    free_before, _ = torch.cuda.mem_get_info()
-    rollout.sleep()
-    free_asleep, _ = torch.cuda.mem_get_info()
-    rollout.wake_up()
-    free_awake, _ = torch.cuda.mem_get_info()
-    report["sleep_freed_gib"] = round((free_asleep - free_before) / 2**30, 2)
-    report["wake_reclaimed_gib"] = round((free_asleep - free_awake) / 2**30, 2)
-    again = rollout.generate(prompts, greedy)
-    report["same_after_wake"] = [c.token_ids for c in again] == [c.token_ids for c in after]
 
-    # The trainer's side of the hybrid engine: Megatron DDP + distributed optimizer (the RL loop's
-    # MegatronLM) moves its optimizer state and gradient buffers off the device for rollout.
+def packed_matches_padded(arch, state, batch, report: dict) -> float:
+    """The largest difference of a response token's log-prob between the two layouts (fp32)."""
+    from kuberl.engine.runtime.policy import MegatronLM
+
+    logprobs = {}
+    for name, layout in (("padded", {}), ("packed_shared_prefix", {"packed": True, "share_prefix": True})):
+        model = MegatronLM(arch, state, dtype=torch.float32, **layout)
+        micro_batches = model.micro_batches(batch, SAMPLES)
+        started = time.perf_counter()
+        logprobs[name] = torch.cat(model.response_logprobs(micro_batches))
+        report[f"{name}_forward_seconds"] = round(time.perf_counter() - started, 3)
+        del model
+    gap = float(((logprobs["padded"] - logprobs["packed_shared_prefix"]).abs() * batch.mask).max())
+    report["packed_vs_padded_max_abs_logprob"] = gap
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return gap
+
+
+def train_switch_and_train_again(arch, state, dtype, batch, rollout, report: dict, cuda: bool) -> dict[str, bool]:
     from kuberl.engine.config.trainer import OptimizerSpec
+    from kuberl.engine.models.convert import megatron_to_hf
+    from kuberl.engine.rollout.vllm_backend import Sampling
+    from kuberl.engine.runtime.loss_scale import UpdateTotals
     from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
-    from kuberl.engine.runtime.sequences import micro_batches, pack
 
-    del model, optimizer, losses, loss
-    torch.cuda.empty_cache()
-    lm = MegatronLM(arch, read_hf_state_dict(folder), dtype=torch.bfloat16, optimizer=OptimizerSpec.model_validate({"lr": 1e-5}))
-    batch = pack(prompts, [c.token_ids for c in after], pad_id=0)
+    def nll(logits, mb, totals: UpdateTotals):
+        return -(response_logprobs_from_logits(logits, mb).sum() / totals.tokens), {}
 
-    def nll(logits, mb):
-        logp = response_logprobs_from_logits(logits, mb)
-        return -(logp.sum() / mb.mask.sum()), {}
+    # A large step, so that one update moves bf16 weights visibly.
+    lm = MegatronLM(arch, state, dtype=dtype, optimizer=OptimizerSpec.model_validate({"lr": 1e-3}),
+                    packed=True, share_prefix=True)
+    micro_batches = lm.micro_batches(batch, SAMPLES)
+    first = lm.train_step(micro_batches, nll, 1e-3, UpdateTotals.alone(micro_batches))
+    report["train_step_seconds"] = round(first["backward_seconds"] + first["optimizer_seconds"], 3)
 
-    first = lm.train_step(micro_batches(batch, 4), nll, 1e-5)
-    held = torch.cuda.memory_allocated()
+    greedy = Sampling(max_new_tokens=32, temperature=0.0)
+    before = rollout.generate(PROMPT_IDS, greedy)
+    started = time.perf_counter()
+    report["update_bytes"] = rollout.update_weights(iter(megatron_to_hf({(0, 0): lm.megatron_state()}, arch).items()))
+    report["update_seconds"] = round(time.perf_counter() - started, 3)
+    after = rollout.generate(PROMPT_IDS, greedy)
+    checks = {"completions_changed": any(a.token_ids != b.token_ids for a, b in zip(after, before))}
+
+    if cuda:  # sleep frees the KV cache (weights at level 1 go to host memory); wake restores them
+        free_before, _ = torch.cuda.mem_get_info()
+        rollout.sleep()
+        free_asleep, _ = torch.cuda.mem_get_info()
+        rollout.wake_up()
+        report["sleep_freed_gib"] = round((free_asleep - free_before) / 2**30, 2)
+        checks["sleep_freed_memory"] = report["sleep_freed_gib"] > 0.5
+        checks["same_after_wake"] = [c.token_ids for c in rollout.generate(PROMPT_IDS, greedy)] == [c.token_ids for c in after]
+
+    held = torch.cuda.memory_allocated() if cuda else 0
     report["offload_freed_gib"] = round(lm.offload() / 2**30, 3)
-    report["offload_allocated_gib_before_after"] = [round(held / 2**30, 3), round(torch.cuda.memory_allocated() / 2**30, 3)]
+    if cuda:
+        report["offload_allocated_gib_before_after"] = [round(held / 2**30, 3), round(torch.cuda.memory_allocated() / 2**30, 3)]
+        checks["offload_freed_memory"] = report["offload_freed_gib"] > 0.1
     started = time.perf_counter()
     lm.onload()
     report["onload_seconds"] = round(time.perf_counter() - started, 3)
-    second = lm.train_step(micro_batches(batch, 4), nll, 1e-5)
-    report["train_after_onload"] = {"grad_norm_first": round(first["grad_norm"], 4), "grad_norm_second": round(second["grad_norm"], 4)}
-    offload_ok = report["offload_freed_gib"] > 0.1 and all(math.isfinite(x["grad_norm"]) for x in (first, second))
-
-    ok = report["completions_changed"] and report["sleep_freed_gib"] > 0.5 and report["same_after_wake"] and offload_ok
-    report["ok"] = bool(ok)
-    print(json.dumps(report, indent=2))
-    return 0 if ok else 1
+    second = lm.train_step(micro_batches, nll, 1e-3, UpdateTotals.alone(micro_batches))
+    report["grad_norms"] = [round(first["grad_norm"], 4), round(second["grad_norm"], 4)]
+    checks["finite_grad_norms"] = all(math.isfinite(g) for g in report["grad_norms"])
+    return checks
 
 
 if __name__ == "__main__":
