@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from kuberl.engine.runtime.packing import (
     packed_inputs,
-    packed_length,
     padded_inputs,
     shard_by_tokens,
     token_micro_batches,
@@ -38,7 +37,7 @@ def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
     # one entry per response token (2, 2 and 3 of them).
     assert x.out_positions.tolist() == [2, 3, 2, 4, 6, 7, 8]
     assert x.out_rows.tolist() == [0] * 7
-    assert packed_length(_batch(), True) == 9 and packed_length(_batch(), False) == 12
+    assert packed_inputs(_batch(), False).tokens == 12
     assert x.tokens == 9 and x.attention_blocks == 2
 
 
@@ -91,9 +90,7 @@ def test_token_budget_is_greedy_over_computed_positions(groups, budget, share, s
     assert sum(len(mb) for mb in mbs) == len(batch)
 
     def computed(mb) -> int:  # what the model computes: the flat run, as packed_inputs lays it out
-        length = packed_length(mb, share, span)
-        assert packed_inputs(mb, share, span=span).tokens == length
-        return length
+        return packed_inputs(mb, share, span=span).tokens
 
     start = 0
     for mb in mbs:

@@ -163,13 +163,9 @@ def _segments_of(rows: list[_Row], share_prefix: bool, span: float | None = None
     return [chunk for run in runs for chunk in _split_run(run, rows, span)]
 
 
-def packed_length(mb: SeqBatch, share_prefix: bool, span: float | None = None) -> int:
-    """Tokens of the packed layout without its padding: each segment's prompt once, then its
-    responses (each without its last token, _Row.read)."""
-    return sum(_lengths(_rows(mb), share_prefix, span))
-
-
 def _lengths(rows: list[_Row], share_prefix: bool, span: float | None) -> list[int]:
+    """Each segment's tokens in the packed layout: its prompt once, then its responses (each
+    without its last token, _Row.read)."""
     return [len(rows[seg[0]].prompt) + sum(rows[r].read for r in seg) for seg in _segments_of(rows, share_prefix, span)]
 
 
