@@ -1,0 +1,45 @@
+"""CI's digest of pytest's JUnit report: the counts, then each failed or errored test with the head
+of its message, then each skipped test with its reason. .ci/run prints it before the whole test
+output, so that the first lines of a CI log say what failed."""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+
+SHOWN = 20
+MESSAGE_LINES = 4
+
+
+def main(report: str, counts_only: bool = False) -> int:
+    try:
+        root = ET.parse(report).getroot()
+    except (OSError, ET.ParseError) as exc:
+        print(f"[ci] no test report: {exc}")
+        return 0
+    failed, skipped, total = [], [], 0
+    for case in root.iter("testcase"):
+        total += 1
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        for kind in ("failure", "error"):
+            if (found := case.find(kind)) is not None:
+                failed.append((kind, name, found.get("message") or (found.text or "")))
+        if (found := case.find("skipped")) is not None:
+            skipped.append((name, found.get("message") or ""))
+    print(f"{total - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped")
+    if counts_only:
+        return 0
+    for kind, name, message in failed[:SHOWN]:
+        head = [line for line in message.strip().splitlines() if line.strip()][:MESSAGE_LINES]
+        print(f"[ci] {kind.upper()} {name}")
+        for line in head:
+            print(f"[ci]     {line[:300]}")
+    if len(failed) > SHOWN:
+        print(f"[ci] ... and {len(failed) - SHOWN} more failed (the whole output follows)")
+    for name, reason in skipped:
+        print(f"[ci] SKIPPED {name}: {reason[:300]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[-1], counts_only="--counts" in sys.argv[1:-1]))
