@@ -24,7 +24,7 @@ from kuberl.engine.runtime.processes import forward_stop_signals, stop, wait_for
 from .api.resource import RLJob
 from .manifest import load_rljobs
 from .planner import engine_config
-from .testing.waiting import free_port
+from .ports import free_port
 
 PR_SET_PDEATHSIG = 1
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from kubernetes import client
 
 from kuberl.operator.testing.control_plane import NodePool, start_control_plane
-from kuberl.operator.testing.waiting import free_port
+from kuberl.operator.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"

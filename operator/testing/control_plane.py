@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..ports import free_port
 from .credentials import make_pki, write_kubeconfig
-from .waiting import free_port
 
 # A pod with this annotation leaves Running: "succeed" -> Succeeded, "fail" -> Failed (exit code 1).
 EXIT_ANNOTATION = "kuberl.dev/kwok-exit"

@@ -9,7 +9,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from .waiting import eventually, free_port
+from ..ports import free_port
+from .waiting import eventually
 
 
 class OperatorProcess:

@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from kuberl.operator.testing.operator_process import OperatorProcess
-from kuberl.operator.testing.waiting import eventually, free_port
+from kuberl.operator.ports import free_port
+from kuberl.operator.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"

@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from kuberl.engine.models.arch import LlamaArch
-from kuberl.operator.testing.waiting import free_port
+from kuberl.operator.ports import free_port
 from kuberl.engine.models.convert import fuse_qkv, hf_to_megatron, megatron_to_hf, split_qkv
 
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"

@@ -181,7 +181,7 @@ class TrainerPrometheus:
 
         import yaml
 
-        from kuberl.operator.testing.waiting import free_port
+        from kuberl.operator.ports import free_port
 
         prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True)
         assert prom.returncode == 0, prom.stderr

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kuberl.operator.testing.waiting import free_port
+from kuberl.operator.ports import free_port
 
 CHECK = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
