@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from kuberl.engine.runtime.packing import (
     packed_inputs,
     padded_inputs,
+    positions_per_token,
     shard_by_tokens,
     token_micro_batches,
 )
@@ -39,6 +40,15 @@ def test_shared_prefix_puts_one_copy_of_the_prompt_before_its_samples():
     assert x.out_rows.tolist() == [0] * 7
     assert packed_inputs(_batch(), False).tokens == 12
     assert x.tokens == 9 and x.attention_blocks == 2
+
+
+def test_positions_per_token_shows_what_padding_costs_and_sharing_saves():
+    batch = _batch()  # 15 tokens in its three sequences
+    padded = positions_per_token([batch], [padded_inputs(batch)])
+    assert padded == padded_inputs(batch).input_ids.numel() / 15 >= 1
+    assert positions_per_token([batch], [packed_inputs(batch, share_prefix=False)]) == 12 / 15
+    assert positions_per_token([batch], [packed_inputs(batch, share_prefix=True)]) == 9 / 15
+    assert positions_per_token([], []) == 0
 
 
 def test_without_sharing_every_sequence_is_a_segment_of_its_own():

@@ -21,6 +21,8 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_response_length_mean": ("Mean response length in tokens in the last step", "response_length_mean"),
     "kuberl_rollout_tokens_per_second": ("Generated tokens per second in the last step's rollout", "rollout_tokens_per_second"),
     "kuberl_rollout_prefix_cache_hit_ratio": ("Share of the last rollout's prompt tokens vLLM took from its prefix cache (the controller's replica)", "rollout_prefix_cache_hit_ratio"),
+    "kuberl_train_tokens_per_second": ("Positions the actor's model computed per second of forward and backward in the last step's updates", "train_tokens_per_second"),
+    "kuberl_train_positions_per_token": ("Positions the actor computed per token of its sequences in the last step (above 1: padding; below 1: prompts shared by their samples)", "train_positions_per_token"),
     "kuberl_reshard_seconds": ("Seconds of the last training-to-generation switch", "reshard_seconds"),
     "kuberl_switch_back_seconds": ("Seconds of the last generation-to-training switch (vLLM sleep, optimizer state back)", "switch_back_seconds"),
     "kuberl_switch_hidden_share": ("Share of the last step's switches hidden behind reward scoring", "switch_hidden_share"),

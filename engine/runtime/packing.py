@@ -203,6 +203,14 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
     return x if length is None else pad_run(x, length, pad_id)
 
 
+def positions_per_token(batches: list[SeqBatch], inputs: list[ModelInputs]) -> float:
+    """Positions the model computes for `batches` laid out as `inputs`, per token of their sequences:
+    above 1 where padding fills rows, below 1 where samples share one copy of their prompt (and a
+    packed response's last token, which predicts nothing, is not fed)."""
+    tokens = sum(int((mb.prompt_lens + mb.response_lens).sum()) for mb in batches)
+    return sum(x.input_ids.numel() for x in inputs) / max(tokens, 1)
+
+
 def pad_run(x: ModelInputs, length: int, pad_id: int = 0) -> ModelInputs:
     """A packed micro-batch padded at the end of its run to `length` positions (a pipeline's one
     shape); the padding belongs to no segment, so it attends to nothing and nothing attends to it."""

@@ -24,7 +24,7 @@ from ..training.optimizer import load_optimizer_state, megatron_optimizer, optim
 from ..training.segment_attention import use_segments
 from ..training.single_dp_rank import skip_identity_collectives
 from .loss_scale import UpdateTotals
-from .packing import (ModelInputs, attention_span, packed_inputs, pad_run, padded_inputs,
+from .packing import (ModelInputs, attention_span, packed_inputs, pad_run, padded_inputs, positions_per_token,
                       shard_by_tokens, token_micro_batches)
 from .sequences import (MiniBatch, SeqBatch, micro_batches, on_response_grid, pad_rows, response_slots, response_tokens,
                         shard_rows)
@@ -164,12 +164,13 @@ class MegatronLM:
         return self.current
 
     def _schedule(self, batches: list[SeqBatch], loss_fn: LossFn, forward_only: bool,
-                  totals: UpdateTotals | None = None) -> list[dict[str, torch.Tensor]]:
+                  totals: UpdateTotals | None = None, inputs: list[ModelInputs] | None = None) -> list[dict[str, torch.Tensor]]:
+        """`inputs`: the micro-batches in this model's layout when the caller built them already."""
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         totals = totals or UpdateTotals.alone(batches)
-        inputs = self.model_inputs(batches)
+        inputs = inputs if inputs is not None else self.model_inputs(batches)
         seq, size = inputs[0].input_ids.shape[1], inputs[0].input_ids.shape[0]
         value_head = self.value_head
         device = self.device
@@ -236,29 +237,34 @@ class MegatronLM:
         self.model.eval()
         return [r["out"].cpu() for r in self._schedule(batches, collect, forward_only=True)]
 
-    def accumulate_gradients(self, batches: list[SeqBatch], loss_fn: LossFn, totals: UpdateTotals) -> list[dict[str, torch.Tensor]]:
+    def accumulate_gradients(self, batches: list[SeqBatch], loss_fn: LossFn, totals: UpdateTotals,
+                             inputs: list[ModelInputs] | None = None) -> list[dict[str, torch.Tensor]]:
         """Forward and backward over the micro-batches into fresh gradient buffers (reduced over DP
         at the end); returns each micro-batch's stats."""
         self.model.train()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        return self._schedule(batches, loss_fn, forward_only=False, totals=totals)
+        return self._schedule(batches, loss_fn, forward_only=False, totals=totals, inputs=inputs)
 
     def train_step(self, batches: list[SeqBatch], loss_fn: LossFn, lr: float, totals: UpdateTotals) -> dict[str, float]:
         """One optimizer update over the micro-batches; `totals`: the whole mini-batch's divisors
         (loss_scale.py), so the update is the same however the mini-batch was cut. The stats hold
-        the seconds of its two parts (`backward_seconds`: forward + backward, `optimizer_seconds`)."""
+        the seconds of its two parts (`backward_seconds`: forward + backward, `optimizer_seconds`) and
+        what the model computed (`train_positions`; `train_positions_per_token`: per token of the
+        sequences, above 1 with padding, below with shared prompts; `train_tokens_per_second`)."""
         assert self.optimizer is not None, "a frozen model cannot train"
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         started = time.perf_counter()
-        results = self.accumulate_gradients(batches, loss_fn, totals)
+        inputs = self.model_inputs(batches)
+        results = self.accumulate_gradients(batches, loss_fn, totals, inputs)
         middle = time.perf_counter()
         ok, grad_norm, _ = self.optimizer.step()
         stats = _mean_stats(results)
         stats["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         stats["update_skipped"] = 0.0 if ok else 1.0
         stats["backward_seconds"], stats["optimizer_seconds"] = middle - started, time.perf_counter() - middle
+        stats.update(_computed(batches, inputs, stats["backward_seconds"]))
         return stats
 
     def rows_over_dp(self, compute: Callable[[list[SeqBatch]], list[torch.Tensor]], batch: SeqBatch,
@@ -327,6 +333,13 @@ class MegatronLM:
             raise RuntimeError(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
         if self.optimizer is not None:
             load_optimizer_state(self.optimizer, state["optimizer"])
+
+
+def _computed(batches: list[SeqBatch], inputs: list[ModelInputs], seconds: float) -> dict[str, float]:
+    """What an update's layout made the model compute, and how fast."""
+    positions = float(sum(x.input_ids.numel() for x in inputs))
+    return {"train_positions": positions, "train_positions_per_token": positions_per_token(batches, inputs),
+            "train_tokens_per_second": positions / max(seconds, 1e-9)}
 
 
 def _mean_stats(results: list[dict[str, torch.Tensor]]) -> dict[str, float]:

@@ -43,7 +43,9 @@ def test_grpo_two_steps_dp2_with_reference(make_job, run_job, tiny_model: Path) 
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         finite(r, "reward_mean", "policy_loss", "kl", "entropy", "grad_norm", "reshard_seconds",
-               "rollout_tokens_per_second", "response_length_mean")
+               "rollout_tokens_per_second", "response_length_mean", "train_tokens_per_second")
+        # Packed runs in which a prompt's 4 samples share one copy of it: fewer positions than tokens.
+        assert 0.2 < r["train_positions_per_token"] < 1
         assert r["reshard_bytes"] == 0  # dp=2: each rank holds the whole model, nothing to gather
     assert "validation_reward_mean" in steps[-1]
     assert (run / "reward_curve.png").stat().st_size > 1000
