@@ -208,7 +208,7 @@ def positions_per_token(batches: list[SeqBatch], inputs: list[ModelInputs]) -> f
     above 1 where padding fills rows, below 1 where samples share one copy of their prompt (and a
     packed response's last token, which predicts nothing, is not fed)."""
     tokens = sum(int((mb.prompt_lens + mb.response_lens).sum()) for mb in batches)
-    return sum(x.input_ids.numel() for x in inputs) / max(tokens, 1)
+    return sum(x.tokens for x in inputs) / max(tokens, 1)
 
 
 def pad_run(x: ModelInputs, length: int, pad_id: int = 0) -> ModelInputs:

@@ -337,7 +337,7 @@ class MegatronLM:
 
 def _computed(batches: list[SeqBatch], inputs: list[ModelInputs], seconds: float) -> dict[str, float]:
     """What an update's layout made the model compute, and how fast."""
-    positions = float(sum(x.input_ids.numel() for x in inputs))
+    positions = float(sum(x.tokens for x in inputs))
     return {"train_positions": positions, "train_positions_per_token": positions_per_token(batches, inputs),
             "train_tokens_per_second": positions / max(seconds, 1e-9)}
 
