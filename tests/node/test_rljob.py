@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -348,14 +349,24 @@ def test_a_killed_container_restarts_the_gang_from_the_last_checkpoint(real_node
     # Just past a periodic checkpoint, before the next one. The controller's own record of each step
     # (metrics.jsonl on the volume) is watched, not the status, which lags a step or two behind.
     def last_step() -> int:
-        records = gauntlet.volume.records()
-        return records[-1]["step"] if records else 0
+        path = gauntlet.volume.host / "metrics.jsonl"
+        text = path.read_text() if path.exists() else ""
+        complete = text[:text.rfind("\n") + 1].splitlines()  # not a line still being written
+        return json.loads(complete[-1])["step"] if complete else 0
 
     now = last_step()
     target = (now // INTERVAL + 1) * INTERVAL + 1
     assert target < STEPS, f"too few steps left to kill between two checkpoints (at {now})"
-    gauntlet.wait_for(lambda: last_step() >= target, 600, f"step {target}")
-    os.kill(_container_pid(real_node, _actor_pod(gauntlet, 1)), signal.SIGKILL)
+    # A step of this job takes about 0.1 s here, so the window before the next checkpoint is a few
+    # tenths of a second: the container is found first and the records are polled every 10 ms
+    # (polling every 0.3 s and looking the container up after the step let the kill land after the
+    # next checkpoint, and the test failed once in CI).
+    victim = _container_pid(real_node, _actor_pod(gauntlet, 1))
+    deadline = time.monotonic() + 600
+    while last_step() < target:
+        assert time.monotonic() < deadline, f"no step {target} within 600 s\n{gauntlet.diagnosis()}"
+        time.sleep(0.01)
+    os.kill(victim, signal.SIGKILL)
     before = len(gauntlet.volume.records())
     gauntlet.wait_for(lambda: gauntlet.status().get("restarts") == 2, 300, "a second gang restart")
     resumed_from = max(complete_steps(gauntlet.volume.host))
