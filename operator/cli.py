@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from importlib.metadata import version
 from pathlib import Path
 
 from .api import API_VERSION
 from .crd import crd_yaml
-from .manifest import ManifestError, load_rljobs
-from .planner import OperatorSettings
+from .manifest import ManifestError, load_rljob_documents, manifest_files
+from .children import OperatorSettings
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -24,19 +25,28 @@ def _cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from .cluster_rules import cluster_problems
+
+    files = manifest_files(args.files, recursive=args.recursive)
+    if not files:
+        print(f"error: no manifests (.yaml, .yml, .json) in {', '.join(args.files)}", file=sys.stderr)
+        return 1
     failed = 0
-    for name in args.files:
+    for path in files:
         try:
-            jobs = load_rljobs(Path(name))
+            documents = load_rljob_documents(path)
+            problems = [] if args.local else [p for source, job in documents for p in cluster_problems(job, source)]
+            if problems:
+                raise ManifestError(problems)
         except ManifestError as exc:
             failed += 1
             for problem in exc.problems:
                 print(f"error: {problem}", file=sys.stderr)
             continue
-        for job in jobs:
-            print(f"ok: {name}: RLJob {job.metadata.name or job.metadata.generate_name} ({job.spec.algorithm.name})")
+        for _, job in documents:
+            print(f"ok: {path}: RLJob {job.metadata.name or job.metadata.generate_name} ({job.spec.algorithm.name})")
     if failed:
-        print(f"{failed} of {len(args.files)} file(s) invalid", file=sys.stderr)
+        print(f"{failed} of {len(files)} file(s) invalid", file=sys.stderr)
     return 1 if failed else 0
 
 
@@ -48,8 +58,12 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
         return 1
     import inspect
 
+    from kuberl.engine.config.algorithm import option_manifest_name
+
     def options(entry: object) -> str:
-        shown = [name if default is inspect.Parameter.empty else f"{name}={default!r}" for name, default in entry.options.items()]
+        """As a manifest spells them (advantage.options, policyLoss.options): camelCase, GAE's lambda as lambda."""
+        shown = [option_manifest_name(name) + ("" if default is inspect.Parameter.empty else f"={json.dumps(default)}")
+                 for name, default in entry.options.items()]
         return ", ".join(shown) or "-"
 
     print("advantage estimators")
@@ -118,6 +132,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return worker_main()
 
 
+def _cmd_initialize(args: argparse.Namespace) -> int:
+    from kuberl.engine.initializer import main as initialize_main  # huggingface_hub: the trainer image's
+
+    return initialize_main()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="RL post-training of LLMs on Kubernetes.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -130,17 +150,22 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate",
         help="check RLJob manifests against the API's schema and rules",
-        description="Check RLJob manifests. Documents of other kinds in the same files are skipped. "
-        "Exit status 1 when any file has an error.",
+        description="Check RLJob manifests as the API server and the operator will: the schema, the rules across "
+        "fields, and that every file the engine opens lies on a volume the pods mount. Documents of other kinds in "
+        "the same files are skipped. Exit status 1 when any file has an error.",
     )
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("files", nargs="+", metavar="FILE", help="a manifest, or a directory of them (.yaml, .yml, .json)")
+    validate.add_argument("-R", "--recursive", action="store_true", help="read directories' subdirectories too")
+    validate.add_argument("--local", action="store_true",
+                          help="check for `kuberl run` on this machine: local paths are read where they are, no volumes needed")
     validate.set_defaults(func=_cmd_validate)
 
     run = sub.add_parser(
         "run",
         help="run an RLJob manifest on this machine (one process per rank, no cluster)",
         description="Run one RLJob on this machine: every rank is a local process with the environment a pod would get. "
-        "Exit status 0 when every rank finished, 1 when one failed (the reason is printed), 130 on Ctrl-C.",
+        "Exit status 0 when every rank finished, 1 when one failed (the reason is printed), 130 on Ctrl-C (SIGINT) "
+        "and 143 on SIGTERM, after every rank has stopped at its next step boundary with a checkpoint.",
     )
     run.add_argument("file", metavar="FILE", help="the RLJob manifest")
     run.add_argument("--out", help="run folder for logs, metrics.jsonl and the reward curve (default: runs/<job name>)")
@@ -158,6 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "worker", help="run one rank of a job (the pod command; reads KUBERL_CONFIG, RANK, WORLD_SIZE, MASTER_ADDR, ...)",
     ).set_defaults(func=_cmd_worker)
+
+    sub.add_parser(
+        "initialize",
+        help="fetch the hub repositories a job names into the cache volume (the initializer pod's command; reads "
+        "KUBERL_CONFIG, HF_HUB_CACHE, HF_TOKEN, HF_ENDPOINT)",
+        description="Fetch every hub repository of the job (model, tokenizer, reward model) into HF_HUB_CACHE, once. "
+        "Exit status 0 when all are there, 3 when retrying cannot help (no such repository or revision, a refused "
+        "token, a full volume), 1 otherwise. The report goes to /dev/termination-log for the operator.",
+    ).set_defaults(func=_cmd_initialize)
 
     op = sub.add_parser(
         "operator",

@@ -22,8 +22,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kuberl.engine.config import PROGRESS_KEY
 
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
+from .cluster_rules import cluster_problems
 from .manifest import ManifestError, parse_rljob
-from .planner import LABEL_JOB, MANAGER, OperatorSettings, child_name, plan
+from .children import LABEL_JOB, MANAGER, OperatorSettings, child_name
+from .planner import plan
 from .reconcile import TERMINAL, Decision, Observed, decide
 
 log = logging.getLogger("kuberl.operator")
@@ -82,6 +84,10 @@ class Reconciler:
             return None
         try:
             job = parse_rljob(raw, f"{namespace}/{name}")
+            # What the API server cannot check: every path the engine opens lies on a volume of its pods.
+            problems = cluster_problems(job, f"{namespace}/{name}")
+            if problems:
+                raise ManifestError(problems)
         except ManifestError as exc:
             self._refuse(raw, exc)
             return None
@@ -127,7 +133,8 @@ class Reconciler:
 
     def _apply(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> None:
         namespace, name, uid = raw["metadata"]["namespace"], raw["metadata"]["name"], raw["metadata"]["uid"]
-        desired = plan(job, uid=uid, attempt=decision.status.restarts, settings=self.settings)
+        desired = plan(job, uid=uid, attempt=decision.status.restarts, settings=self.settings,
+                       initialized=decision.status.initialization)
         if decision.status.phase not in TERMINAL:
             for obj in desired.support:
                 self._server_side_apply(obj)
@@ -139,6 +146,8 @@ class Reconciler:
             self.metrics.restarts.inc()
         for job_name in decision.delete_jobs:
             self._delete_job(namespace, job_name)
+        if decision.create_initializer and desired.initializer is not None:
+            self._create_job(namespace, desired.initializer)
         if decision.create_jobs:
             for manifest in desired.jobs.values():
                 self._create_job(namespace, manifest)

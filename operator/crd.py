@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel
 
 from .api import (
+    API_VERSION,
     CATEGORIES,
     GROUP,
     KIND,
@@ -148,8 +149,8 @@ def rljob_crd() -> dict[str, Any]:
         "description": "An RL post-training job for a large language model: one group of pods per role.",
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "description": f"{API_VERSION}: the API group and version of the object."},
+            "kind": {"type": "string", "description": f"{KIND}: the kind of the object."},
             "metadata": metadata_schema(),
             "spec": structural_schema(RLJobSpec),
             "status": structural_schema(RLJobStatus),

@@ -17,7 +17,9 @@ import sys
 import typing
 from typing import Any
 
-ROOTS = ("V1Affinity", "V1ObjectMeta")
+# What the RLJob embeds: a pod's affinity, the object's metadata, and the pod customisation of
+# spec.volumes and each role's volumeMounts, env and envFrom.
+ROOTS = ("V1Affinity", "V1ObjectMeta", "V1Volume", "V1VolumeMount", "V1EnvVar", "V1EnvFromSource")
 
 # (class, field) -> the annotation to write instead of the client's, and why.
 OVERRIDES: dict[tuple[str, str], str] = {
@@ -32,6 +34,17 @@ OVERRIDES: dict[tuple[str, str], str] = {
     ("V1LabelSelectorRequirement", "key"): "LabelKey",
     ("V1LabelSelector", "match_labels"): "SelectorLabels",
     ("V1PodAffinityTerm", "topology_key"): "LabelKey",
+    # Names the API server checks: volumes are DNS-1123 labels, env var names a C-identifier-like grammar.
+    ("V1Volume", "name"): "DNSLabel",
+    ("V1VolumeMount", "name"): "DNSLabel",
+    ("V1EnvVar", "name"): "EnvVarName",
+    # One spelling of a container path, so that kuberl's reserved paths are a prefix test.
+    ("V1VolumeMount", "mount_path"): "MountPath",
+    # resource.Quantity is int-or-string in the API; the client types it as str.
+    ("V1EmptyDirVolumeSource", "size_limit"): "Quantity",
+    ("V1VolumeResourceRequirements", "limits"): "dict[str, Quantity]",
+    ("V1VolumeResourceRequirements", "requests"): "dict[str, Quantity]",
+    ("V1ResourceFieldSelector", "divisor"): "Quantity",
 }
 
 HEADER = '''"""Kubernetes types the RLJob embeds, generated from the kubernetes client {version}'s models.
@@ -46,7 +59,7 @@ from pydantic import Field
 
 from kuberl.engine.config import SpecModel
 
-from .kube_grammar import LabelKey, SelectorLabels
+from .kube_grammar import DNSLabel, EnvVarName, LabelKey, MountPath, Quantity, SelectorLabels
 '''
 
 

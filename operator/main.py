@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 
 from .api import GROUP, PLURAL, VERSION
 from .controller import OperatorMetrics, Reconciler, WorkQueue, run_workers
-from .planner import LABEL_JOB, OperatorSettings
+from .children import LABEL_JOB, OperatorSettings
 
 log = logging.getLogger("kuberl.operator")
 

@@ -18,12 +18,14 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kuberl.engine.config import RULE_ERROR_TYPE
+from kuberl.engine.config.base import PATTERN_MEANINGS
 
 from .api import API_VERSION, GROUP, KIND, RLJob
 from .problems import ManifestError, Problem, format_path
-from .yaml_reader import Document, json_problems, read_documents
+from .yaml_reader import Document, json_problems, read_documents, shape_problems
 
-__all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljobs", "parse_rljob", "read_documents", "rljobs_from_text"]
+__all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljob_documents", "load_rljobs", "manifest_files", "parse_rljob",
+           "read_documents", "rljobs_from_text"]
 
 
 # --- RLJob ----------------------------------------------------------------------------------
@@ -54,6 +56,9 @@ def parse_rljob(doc: Any, source: str) -> RLJob:
     ]
     if identity:
         raise ManifestError(identity)
+    too_big = shape_problems(doc, source)
+    if too_big:
+        raise ManifestError(too_big)
     not_json = json_problems(doc, source)
     if not_json:
         raise ManifestError(not_json)
@@ -68,22 +73,34 @@ def parse_rljob(doc: Any, source: str) -> RLJob:
 
 def load_rljobs(path: Path) -> list[RLJob]:
     """Every RLJob in a file; ManifestError lists every problem of every document."""
+    return [job for _, job in load_rljob_documents(path)]
+
+
+def load_rljob_documents(path: Path) -> list[tuple[str, RLJob]]:
+    """Every RLJob in a file with the source that names its document (file, and its number when there are several)."""
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise ManifestError([Problem(source, "", "is a directory: name its files, or pass the directory to `kuberl validate`, "
+                                     "which reads its .yaml, .yml and .json files")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem(source, "", f"cannot read: {exc}")]) from None
-    return rljobs_from_text(text, source)
+    return rljob_documents_from_text(text, source)
 
 
 def rljobs_from_text(text: str, source: str) -> list[RLJob]:
     """Every RLJob in the text of a manifest file named `source`."""
+    return [job for _, job in rljob_documents_from_text(text, source)]
+
+
+def rljob_documents_from_text(text: str, source: str) -> list[tuple[str, RLJob]]:
     jobs, problems = [], []
     for doc in read_documents(text, source):
         if not is_rljob_document(doc.content):
             continue
         try:
-            jobs.append(parse_rljob(doc.content, doc.source))
+            jobs.append((doc.source, parse_rljob(doc.content, doc.source)))
         except ManifestError as exc:
             # A problem of the whole object names the line where it starts.
             problems.extend(p if p.path else Problem(doc.start, "", p.message) for p in exc.problems)
@@ -126,6 +143,8 @@ def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
     if kind == "missing":
         return "required field is missing"
     message = error["msg"]
+    if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") in PATTERN_MEANINGS:
+        return f"must be {PATTERN_MEANINGS[error['ctx']['pattern']]} (got {json.dumps(error['input'])})"
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
     if kind.endswith("_type") or kind in ("literal_error", "enum"):
@@ -189,3 +208,20 @@ def _unwrap(annotation: Any) -> Any:
         if len(args) == 1:
             return _unwrap(args[0])
     return annotation
+
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def manifest_files(names: list[str], recursive: bool = False) -> list[Path]:
+    """Files named on a command line, a directory standing for its manifests as `kubectl apply -f DIR` reads them:
+    its .yaml, .yml and .json files in name order (with `recursive`, those of its subdirectories too)."""
+    files: list[Path] = []
+    for name in names:
+        path = Path(name)
+        if path.is_dir():
+            found = path.rglob("*") if recursive else path.glob("*")
+            files.extend(sorted(f for f in found if f.is_file() and f.suffix in MANIFEST_SUFFIXES))
+        else:
+            files.append(path)
+    return files

@@ -21,9 +21,13 @@ from pydantic import ValidationError
 from kuberl.engine.config import ProgressReport
 
 from .api import Condition, MetricsSnapshot, Phase, RLJob, RLJobStatus, RoleStatus
-from .planner import LABEL_ATTEMPT, LABEL_ROLE
+from .children import LABEL_ATTEMPT, LABEL_ROLE
+from .initialization import is_initializer, observe_initializer
+from .initializer_job import needs_initializer
 
-CONDITION_TYPES: tuple[Phase, ...] = ("Running", "Restarting", "Suspended", "Succeeded", "Failed")
+CONDITION_TYPES: tuple[Phase, ...] = ("Initializing", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+INITIALIZED = "Initialized"
+"""A condition of its own, kept after the phase moves on: True once the cache holds every hub repository."""
 TERMINAL: tuple[Phase, ...] = ("Succeeded", "Failed")
 RESYNC_SECONDS = 30.0
 ACTIVE_SECONDS = 2.0  # while children are changing, look again soon
@@ -44,6 +48,8 @@ class Decision:
     status: RLJobStatus
     create_jobs: bool = False
     """Create the current attempt's Jobs that are missing."""
+    create_initializer: bool = False
+    """Create the initializer's Job (it fills the cache before any trainer pod)."""
     delete_jobs: tuple[str, ...] = ()
     """Names of Jobs to delete (their pods go with them)."""
     delete_rljob: bool = False
@@ -61,9 +67,11 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
     status.observed_generation = job.metadata.generation if job.metadata.generation is not None else status.observed_generation
     policy = job.spec.run_policy
     attempt = status.restarts
-    current = [j for j in observed.jobs if _attempt(j) == attempt]
-    stale = [j for j in observed.jobs if _attempt(j) != attempt]
-    pods = [p for p in observed.pods if _attempt(p) == attempt]
+    init_jobs = [j for j in observed.jobs if is_initializer(j)]
+    trainer_jobs = [j for j in observed.jobs if not is_initializer(j)]
+    current = [j for j in trainer_jobs if _attempt(j) == attempt]
+    stale = [j for j in trainer_jobs if _attempt(j) != attempt]
+    pods = [p for p in observed.pods if _attempt(p) == attempt and not is_initializer(p)]
     status.roles = _role_counts(pods)
     _apply_progress(status, observed.progress)
 
@@ -94,6 +102,25 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
             status.completion_time = now
             return finish("Failed", "DeadlineExceeded", f"ran longer than activeDeadlineSeconds ({deadline} s)",
                           delete_jobs=all_jobs, events=(("Warning", "DeadlineExceeded", f"stopped after {deadline} s"),))
+
+    if needs_initializer(job) and status.initialization is None:
+        if status.start_time is None:
+            status.start_time = now  # the deadline counts the downloads too
+        init = observe_initializer(init_jobs, [p for p in observed.pods if is_initializer(p)], now)
+        if init.state == "Failed":
+            status.completion_time = now
+            _set_condition(status, INITIALIZED, "False", init.reason, init.message, now)
+            # Its Job has ended (the pod and its log stay for `kubectl logs`); no trainer pod was ever made.
+            return finish("Failed", init.reason, init.message, events=(("Warning", init.reason, init.message),))
+        if init.state != "Succeeded":
+            _set_condition(status, INITIALIZED, "False", init.reason, init.message, now)
+            return finish("Initializing", init.reason, init.message, create_initializer=init.state == "Missing",
+                          requeue_after=ACTIVE_SECONDS)
+        status.initialization = init.status
+        _set_condition(status, INITIALIZED, "True", init.reason, init.message, now)
+        events = (("Normal", init.reason, init.message),)
+    else:
+        events = ()
 
     if stale:
         return finish("Restarting", "Restarting", f"restart {attempt}: removing the pods of attempt {attempt - 1}",
@@ -133,7 +160,8 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
     phase: Phase = "Pending" if missing_jobs and not current else "Starting"
     waiting = sum(wanted.values()) - sum(status.roles.get(r, RoleStatus()).ready for r in wanted)
     return finish(phase, "Creating" if phase == "Pending" else "WaitingForPods",
-                  f"waiting for {waiting} of {sum(wanted.values())} pods", create_jobs=missing_jobs, requeue_after=requeue)
+                  f"waiting for {waiting} of {sum(wanted.values())} pods", create_jobs=missing_jobs, requeue_after=requeue,
+                  events=events)
 
 
 # --- reading observed objects -----------------------------------------------------------------
@@ -236,5 +264,16 @@ def _set_phase(status: RLJobStatus, phase: Phase, reason: str, message: str, now
             type=kind, status=wanted, reason=reason if active else f"Not{kind}",
             message=message if active else "", last_transition_time=now,
         )
-    status.conditions = [by_type[k] for k in CONDITION_TYPES if k in by_type]
+    others = [c for c in status.conditions if c.type not in CONDITION_TYPES]
+    status.conditions = [by_type[k] for k in CONDITION_TYPES if k in by_type] + others
+
+
+def _set_condition(status: RLJobStatus, kind: str, value: str, reason: str, message: str, now: datetime) -> None:
+    """Set a condition that is not a phase; its transition time moves only when its status changes."""
+    existing = next((c for c in status.conditions if c.type == kind), None)
+    if existing is not None and existing.status == value:
+        existing.reason, existing.message = reason, message
+        return
+    condition = Condition(type=kind, status=value, reason=reason, message=message, last_transition_time=now)
+    status.conditions = [c for c in status.conditions if c.type != kind] + [condition]
 

@@ -190,6 +190,26 @@ def _unfold_list(doc: Document) -> list[Document]:
     return [Document(doc.file, doc.line, f"{prefix}item {i}", item) for i, item in enumerate(items)]
 
 
+def shape_problems(value: Any, source: str) -> list[Problem]:
+    """The file reader's bounds for an object that was never a file (what the API server returns to the
+    operator): no deeper than MAX_DEPTH, no more than MAX_NODES values. Iterative, so a hostile depth
+    costs a refusal, not a RecursionError."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    nodes = 0
+    while stack:
+        item, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            return [Problem(source, "", f"nested more than {MAX_DEPTH} levels deep; an RLJob nests about 10")]
+        if nodes > MAX_NODES:
+            return [Problem(source, "", f"more than {MAX_NODES} values; an RLJob has a few hundred")]
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return []
+
+
 def json_problems(value: Any, source: str, loc: tuple[Any, ...] = ()) -> list[Problem]:
     """What in `value` JSON (and so the API server) cannot carry, each with the field it is at."""
     if isinstance(value, dict):

@@ -213,7 +213,9 @@ def test_cli_lists_every_registered_entry(kuberl_cli):
 
     for name in [*A.ADVANTAGES, *A.POLICY_LOSSES, *STEPS]:
         assert f"  {name} " in out
-    assert "whiten=True" in out and "needs: critic" in out and "needs: a greedy rollout per prompt" in out
+    # Option names as a manifest spells them: camelCase, and GAE's lambda as ppo.gae spells it.
+    assert "lambda=0.95, whiten=true" in out and "clipLow=0.2" in out and "clip_low" not in out and "lam=" not in out
+    assert "needs: critic" in out and "needs: a greedy rollout per prompt" in out
     for preset in ("dapo", "gspo", "cispo", "dr_grpo"):
         assert f"  {preset} " in out
 
@@ -311,3 +313,18 @@ def test_every_preset_samples_exactly_when_its_step_does(name: str) -> None:
 
     spec = AlgorithmSpec(name=name, **({"klCoef": 0.0} if name == "dpo" else {}))
     assert spec.on_policy == STEPS[A.choice_of(spec).step].on_policy == (name != "dpo")
+
+
+def test_reinforce_pp_baseline_follows_the_samples_per_prompt_by_default():
+    """With one sample per prompt the group mean is the sample itself, so by default no baseline is taken (plain
+    REINFORCE++); with several, the group mean is subtracted (REINFORCE++-baseline), as an explicit baseline=True."""
+    estimator = A.advantage_estimator("reinforce_pp")
+    mask = torch.ones(4, 3)
+    singles = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 2.0, 5.0]), group=torch.arange(4), mask=mask)
+    plain = estimator.fn(singles).advantages
+    assert plain.abs().sum() > 0
+    assert torch.equal(plain, estimator.fn(singles, baseline=False).advantages)
+    assert torch.equal(estimator.fn(singles, baseline=True).advantages, torch.zeros(4, 3))  # why the default is not True
+    groups = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 2.0, 5.0]), group=torch.tensor([0, 0, 1, 1]), mask=mask)
+    assert torch.equal(estimator.fn(groups).advantages, estimator.fn(groups, baseline=True).advantages)
+    assert not torch.equal(estimator.fn(groups).advantages, estimator.fn(groups, baseline=False).advantages)

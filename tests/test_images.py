@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from kuberl.operator.cli import build_parser
-from kuberl.operator.planner import OperatorSettings
+from kuberl.operator.children import OperatorSettings
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

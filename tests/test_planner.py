@@ -8,12 +8,14 @@ from pathlib import Path
 import pytest
 
 from kuberl.operator.api import RLJob, RLJobStatus
-from kuberl.operator.manifest import load_rljobs
-from kuberl.operator.planner import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, engine_config, plan
+from kuberl.operator.manifest import load_rljobs, parse_rljob, read_documents
+from kuberl.operator.children import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from kuberl.operator.planner import engine_config, plan
 from kuberl.engine.config import CheckpointStatus, ProgressReport
 from kuberl.operator.reconcile import Observed, decide
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
+MANIFESTS = Path(__file__).parent / "manifests"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
@@ -56,20 +58,27 @@ def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
     }
     env = {e["name"]: e for e in container["env"]}
-    assert env["HF_TOKEN"] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    # The model comes from the cache the initializer filled: trainers never reach the hub, nor hold its token.
+    assert "HF_TOKEN" not in env and env["HF_HUB_OFFLINE"]["value"] == "1"
+    assert {"name": "kuberl-cache", "mountPath": "/var/cache/kuberl", "readOnly": True} in container["volumeMounts"]
     assert env["KUBERL_ROLE_RANK_OFFSET"]["value"] == "0" and env["KUBERL_PROCS_PER_POD"]["value"] == "8"
     critic_env = {e["name"]: e.get("value") for e in desired.jobs["critic"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert critic_env["KUBERL_ROLE_RANK_OFFSET"] == "16"
 
 
 def test_tracking_credentials_reach_only_the_actor_pods_and_only_by_reference() -> None:
-    job = example("ppo-cluster.yaml")
+    [doc] = [d.content for d in read_documents((MANIFESTS / "good" / "tracking-all-backends.yaml").read_text(), "t")]
+    doc["metadata"]["namespace"] = "ns"
+    doc["spec"]["algorithm"]["klCoef"] = 0.01
+    doc["spec"]["roles"]["ref"] = {"replicas": 1}  # a second role with pods of its own
+    doc["spec"]["monitoring"]["tracking"][1].update(trackingUri="http://mlflow:5000", tokenSecretRef={"name": "mlflow-token", "key": "token"})
+    job = parse_rljob(doc, "t")
     desired = plan(job, uid="u", attempt=0)
     actor_env = {e["name"]: e for e in desired.jobs["actor"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert actor_env["WANDB_API_KEY"] == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
     assert actor_env["MLFLOW_TRACKING_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "mlflow-token", "key": "token"}}
-    critic_env = {e["name"] for e in desired.jobs["critic"]["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert not critic_env & {"WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN"}  # the controller rank is the actor's
+    ref_env = {e["name"] for e in desired.jobs["ref"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert not ref_env & {"WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN"}  # the controller rank is the actor's
     # The engine config (the pods' ConfigMap) names the trackers and the Secrets, nothing more.
     tracking = engine_config(job).to_manifest()["tracking"]
     assert [t["backend"] for t in tracking] == ["tensorboard", "mlflow", "wandb"]

@@ -90,7 +90,11 @@ def reinforce_pp_advantages(token_rewards: torch.Tensor, mask: torch.Tensor, gam
 
 
 @register_advantage("reinforce_pp", summary="return-to-go whitened over the batch, after an optional group baseline (REINFORCE++)")
-def reinforce_pp(inputs: AdvantageInputs, baseline: bool = True) -> Advantages:
+def reinforce_pp(inputs: AdvantageInputs, baseline: bool | None = None) -> Advantages:
+    """`baseline` None: subtract the group mean when prompts have several samples (REINFORCE++-baseline), not
+    when each has one (plain REINFORCE++), where the sample's own mean would leave every advantage 0."""
+    if baseline is None:
+        baseline = bool(inputs.group.numel()) and inputs.group.unique().numel() < inputs.group.numel()
     scores = inputs.scores - group_mean(inputs.scores, inputs.group) if baseline else inputs.scores
     return Advantages(reinforce_pp_advantages(token_rewards(inputs, scores), inputs.mask))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import sys
 
-from pydantic.alias_generators import to_camel
+from ..config.algorithm import option_manifest_name
 
 from ..steps import STEPS
 from . import ADVANTAGES, POLICY_LOSSES
@@ -42,7 +42,7 @@ class CatalogEntry:
 
 
 def _options(entry: object) -> dict[str, object]:
-    return {to_camel(name): (None if default is inspect.Parameter.empty else default) for name, default in entry.options.items()}
+    return {option_manifest_name(name): (None if default is inspect.Parameter.empty else default) for name, default in entry.options.items()}
 
 
 def _built_in(entries: dict) -> list[str]:

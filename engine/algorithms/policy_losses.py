@@ -15,7 +15,7 @@ from .registry import register_policy_loss
 from .tensors import Aggregation, aggregate, masked_mean, masked_sum
 
 
-@register_policy_loss("ppo_clip", summary="PPO's clipped surrogate; clip_high > clip_low is DAPO's clip-higher; dual_clip bounds negative advantages")
+@register_policy_loss("ppo_clip", summary="PPO's clipped surrogate; clipHigh > clipLow is DAPO's clip-higher; dualClip bounds negative advantages")
 def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
                 clip_low: float = 0.2, clip_high: float | None = None,
                 aggregation: Aggregation = "token_mean", dual_clip: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

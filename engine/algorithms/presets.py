@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic.alias_generators import to_snake
 
-from ..config.algorithm import PRESET_ADVANTAGE, PRESET_STEP, AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec
+from ..config.algorithm import PRESET_ADVANTAGE, PRESET_STEP, AlgorithmSpec, GRPOSpec, PPOSpec, ReinforcePPSpec, option_python_name
 from .registry import AdvantageEstimator, advantage_estimator
 
 
@@ -46,7 +45,7 @@ def estimator_of(spec: AlgorithmSpec) -> AdvantageEstimator | None:
 
 def _kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """Manifest option names (camelCase) as the functions' keyword arguments."""
-    return {to_snake(k): v for k, v in options.items()}
+    return {option_python_name(k): v for k, v in options.items()}
 
 
 # DAPO's clip-higher bound when clipRatioHigh is not set (the paper's 0.28 over a clipRatio of 0.2).

@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import Field
+from pydantic.alias_generators import to_camel, to_snake
 
 from . import algorithm_catalog as catalog
-from .base import LocalPath, Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel, pattern
 
 AlgorithmName = Literal["ppo", "grpo", "rloo", "reinforce_pp", "dpo", "dapo", "gspo", "cispo", "dr_grpo"]
 # What each preset's estimator is (engine/algorithms/presets.py fills in its options); dpo has none.
@@ -42,6 +43,24 @@ def group_baseline_cel(algorithm: str) -> str:
     return _by_estimator_cel(algorithm, _GROUP_ESTIMATORS, GROUP_BASELINE_ALGORITHMS)
 
 
+# An option's manifest name is its parameter's name in camelCase, except where the manifest's word is a
+# Python keyword: GAE's lambda is the parameter `lam` (as ppo.gae.lambda is the field `lam`).
+_KEYWORD_OPTIONS = {"lam": "lambda"}
+
+
+def option_manifest_name(python_name: str) -> str:
+    """How a registered function's keyword argument is spelt in a manifest's options."""
+    return _KEYWORD_OPTIONS.get(python_name) or to_camel(python_name)
+
+
+def option_python_name(manifest_name: str) -> str:
+    """The keyword argument a manifest's option names (the inverse of option_manifest_name)."""
+    for python, manifest in _KEYWORD_OPTIONS.items():
+        if manifest_name == manifest:
+            return python
+    return to_snake(manifest_name)
+
+
 def _option_problems(options: dict[str, Any], known: dict[str, Any], what: str) -> list[str]:
     problems = []
     for key, value in options.items():
@@ -60,7 +79,7 @@ def _option_problems(options: dict[str, Any], known: dict[str, Any], what: str) 
 # Options are checked here only: the CRD keeps them as free values (each entry has its own), and
 # CEL cannot range over such a map. Names and options of plug-in entries are checked when the
 # engine has loaded the plug-ins (engine/algorithms/plugins.py), before any model loads.
-_ENTRY_NAME = r"^[a-z][a-z0-9_]*$"
+_ENTRY_NAME = pattern(r"^[a-z][a-z0-9_]*$", "a registered name: lower-case letters, digits and '_', starting with a letter")
 
 
 def _options_rule(entries: dict[str, Any]) -> Rule:
@@ -76,6 +95,7 @@ class AdvantageChoice(SpecModel):
     """An advantage estimator by its registered name (`kuberl algorithms` lists them) and its options."""
 
     name: str = Field(min_length=1, max_length=64, pattern=_ENTRY_NAME)
+    """A registered estimator: a built-in (`kuberl algorithms` lists them) or one of algorithm.plugins."""
     options: dict[str, Any] = Field(default={}, max_length=32)
     """Keyword options of the estimator, by their camelCase names (e.g. normalizeByStd: false)."""
 
@@ -86,6 +106,7 @@ class PolicyLossChoice(SpecModel):
     """A policy loss by its registered name (`kuberl algorithms` lists them) and its options."""
 
     name: str = Field(min_length=1, max_length=64, pattern=_ENTRY_NAME)
+    """A registered policy loss: a built-in (`kuberl algorithms` lists them) or one of algorithm.plugins."""
     options: dict[str, Any] = Field(default={}, max_length=32)
     """Keyword options of the loss, by their camelCase names (e.g. clipHigh: 0.28)."""
 
@@ -96,6 +117,7 @@ class PluginFile(SpecModel):
     """A Python file that registers estimators or losses with kuberl.engine.algorithms' decorators."""
 
     path: LocalPath
+    """The .py file; every rank of the job imports it before any model loads."""
 
     RULES = (
         Rule(message="path must name a .py file", check=lambda s: s.path.endswith(".py"),
@@ -145,8 +167,9 @@ class GRPOSpec(SpecModel):
 class ReinforcePPSpec(SpecModel):
     """REINFORCE++."""
 
-    baseline: bool = True
-    """Subtract the mean reward of the prompt's samples before the global normalisation."""
+    baseline: bool | None = None
+    """Subtract the mean reward of the prompt's samples before the global normalisation (REINFORCE++-baseline).
+    Default: when rollout.samplesPerPrompt is at least 2; with one sample per prompt it would make every advantage 0."""
 
 
 class DPOSpec(SpecModel):
@@ -183,6 +206,7 @@ class StepChoice(SpecModel):
     """A step function by its registered name: built-in (on_policy, dynamic_sampling, dpo) or a plug-in's."""
 
     name: str = Field(min_length=1, max_length=64, pattern=_ENTRY_NAME)
+    """A registered step function: on_policy, dynamic_sampling, dpo, or one of algorithm.plugins."""
 
 
 def _block_rule(block: str, attr: str, algorithm: str) -> Rule:

@@ -38,6 +38,17 @@ LocalPath = Annotated[
 """A file or folder path the engine opens; a URL is refused, here and by the API server."""
 
 
+PATTERN_MEANINGS: dict[str, str] = {}
+"""What each field pattern means in words, for error messages: a registry, filled as the models are defined."""
+
+
+def pattern(regex: str, meaning: str) -> str:
+    """`regex`, remembered with its meaning ("a DNS-1123 subdomain: ..."), so that a mismatch is explained in
+    words rather than shown as a regular expression (kuberl.operator.manifest)."""
+    PATTERN_MEANINGS[regex] = meaning
+    return regex
+
+
 @dataclass(frozen=True)
 class Rule:
     """A rule over one section. `check` returns True when the section obeys it.

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import LocalPath, Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel, pattern
 
 DataFormat = Literal["jsonl", "parquet"]
 
@@ -67,7 +67,7 @@ class DatasetSource(SpecModel):
         return None
 
 
-FIELD_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]*$"
+FIELD_NAME = pattern(r"^[A-Za-z_][A-Za-z0-9_.-]*$", "a field name: letters, digits, '_', '.' and '-', not starting with a digit")
 
 
 def _same_source(a: DatasetSource, b: DatasetSource) -> bool:

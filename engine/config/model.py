@@ -4,11 +4,33 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from typing import Annotated
 
-from .base import LocalPath, Rule, SpecModel
+from pydantic import AfterValidator, Field
 
-DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+from .base import LocalPath, Rule, SpecModel, pattern
+
+DNS_SUBDOMAIN = pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+                        "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
+SECRET_KEY = pattern(r"^[-._a-zA-Z0-9]+$", "a Secret key: letters, digits, '-', '_' and '.'")
+
+# The hub's repository id grammar (as huggingface_hub documents it): [namespace/]name, each part 1 to 96
+# ASCII letters, digits, '-', '_' or '.', starting and ending with a letter, digit or '_'; no "--" or "..",
+# no ".git" suffix. So an id can never climb out of the cache folder ("..", "../x").
+_HUB_PART = r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+HUB_ID = pattern(rf"^({_HUB_PART}/)?{_HUB_PART}$", "a hub repository id, name or namespace/name (e.g. Qwen/Qwen2.5-0.5B-Instruct): "
+                 "letters, digits, '-', '_' and '.', each part starting and ending with a letter or digit")
+_HUB_ID_CEL = "!self.contains('--') && !self.contains('..') && !self.endsWith('.git')"
+
+
+def _hub_id(value: str) -> str:
+    if "--" in value or ".." in value or value.endswith(".git"):
+        raise ValueError(f"{value!r}: a hub repository id cannot contain -- or .. or end with .git")
+    return value
+
+
+HubId = Annotated[str, AfterValidator(_hub_id), Field(min_length=1, max_length=193, pattern=HUB_ID, json_schema_extra={
+    "x-kubernetes-validations": [{"rule": _HUB_ID_CEL, "message": "a hub repository id cannot contain -- or .. or end with .git"}]})]
 
 
 class SecretKeyRef(SpecModel):
@@ -16,7 +38,7 @@ class SecretKeyRef(SpecModel):
 
     name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN)
     """The Secret's name."""
-    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
+    key: str = Field(min_length=1, max_length=253, pattern=SECRET_KEY)
     """The key inside the Secret."""
 
 
@@ -54,7 +76,7 @@ class WeightsSource(SpecModel):
     """A local Hugging Face folder: config.json, *.safetensors and the tokenizer files."""
     gguf: LocalPath | None = None
     """A local GGUF file (weights, config and tokenizer in one file)."""
-    hub_id: str | None = Field(default=None, min_length=1, max_length=256, pattern=r"^[\w.-]+(/[\w.-]+)?$")
+    hub_id: HubId | None = None
     """A Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct, for clusters that can reach the hub."""
     revision: str | None = Field(default=None, min_length=1, max_length=256)
     """A branch, tag or commit of hubId."""

@@ -21,6 +21,7 @@ class CheckpointStatus(SpecModel):
     """The newest complete checkpoint: where a restarted job resumes from."""
 
     step: int = Field(ge=0)
+    """The training step the checkpoint holds."""
     path: str
     """The step folder as the trainer pods see it (under trainer.checkpoint.path)."""
     time: datetime | None = None

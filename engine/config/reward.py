@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import LocalPath, Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel, pattern
 from .model import ModelSpec
 
 # The engine's registry of rule rewards; the names are part of the API, so they live here.
@@ -30,7 +30,7 @@ class PythonReward(SpecModel):
 
     path: LocalPath
     """The local .py file."""
-    function: str = Field(default="reward", min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    function: str = Field(default="reward", min_length=1, max_length=256, pattern=pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "a Python function name"))
     """The function's name; it is called as f(prompt, response, answer) -> float."""
 
     RULES = (

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import LocalPath, Rule, SpecModel
+from .base import LocalPath, Rule, SpecModel, pattern
 from .model import SecretKeyRef
 
 TrackingBackendName = Literal["tensorboard", "mlflow", "wandb"]
@@ -44,19 +44,20 @@ class TrackingSpec(SpecModel):
     """One experiment tracker that receives every step's metrics, the job's config and its reward curve."""
 
     backend: TrackingBackendName
+    """tensorboard (event files under path), mlflow (a tracking server or store) or wandb (Weights & Biases)."""
     path: LocalPath | None = None
     """tensorboard: the event files' folder (default: `tensorboard` in the run's folder, the
     checkpoint volume in a pod)."""
     tracking_uri: str | None = Field(default=None, min_length=1, max_length=2048,
-                                     pattern=r"^(https?://[^\s]+|file:[^\s]+|databricks(://[^\s]*)?)$")
+                                     pattern=pattern(r"^(https?://[^\s]+|file:[^\s]+|databricks(://[^\s]*)?)$", "an MLflow tracking URI: http(s)://..., file:/path or databricks"))
     """mlflow: the tracking server (http(s)://...), a local store (file:/path) or databricks."""
     experiment: str | None = Field(default=None, min_length=1, max_length=256)
     """mlflow: the experiment's name (default: the RLJob's name)."""
     token_secret_ref: SecretKeyRef | None = None
     """mlflow: a Secret key holding the server's token (MLFLOW_TRACKING_TOKEN in the trainer pods)."""
-    project: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^/\\#?%:]+$")
+    project: str | None = Field(default=None, min_length=1, max_length=128, pattern=pattern(r"^[^/\\#?%:]+$", "a name without /, \\, #, ?, % or :"))
     """wandb: the project."""
-    entity: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[^/\\#?%:]+$")
+    entity: str | None = Field(default=None, min_length=1, max_length=128, pattern=pattern(r"^[^/\\#?%:]+$", "a name without /, \\, #, ?, % or :"))
     """wandb: the team or user (default: the API key's)."""
     mode: Literal["online", "offline"] | None = None
     """wandb: online (default) sends to W&B as it goes; offline writes the run's folder only (`wandb sync` uploads it)."""

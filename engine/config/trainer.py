@@ -14,6 +14,7 @@ class OptimizerSpec(SpecModel):
     """The optimizer of every trained role (actor and critic)."""
 
     name: Literal["adamw", "adam", "sgd"] = "adamw"
+    """The optimizer (megatron-core's distributed optimizer runs it)."""
     lr: float = Field(default=1e-6, gt=0.0, le=1.0)
     """Peak learning rate; above 0 (0 would not train) and at most 1, far past any stable rate for a language model."""
     weight_decay: float = Field(default=0.0, ge=0.0, le=1.0)

@@ -61,6 +61,13 @@ def gguf_to_hf_folder(gguf: Path, out: Path | None = None) -> Path:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
         staging.rename(out)  # a crash mid-way leaves no half-written folder under the final name
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        # Several ranks of one machine convert at once on a first run: the first rename wins, the
+        # others find the same folder in place.
+        if (out / "config.json").is_file():
+            return out
+        raise
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -96,11 +96,14 @@ def plot_rewards(records: list[dict[str, Any]], out: Path, title: str) -> Path:
     val = [(r["step"], r["validation_reward_mean"]) for r in records if r.get("validation_reward_mean") is not None]
     if val:
         ax.plot(*zip(*val), "o-", label="validation reward (greedy)", color="tab:orange")
+    if not train and not val:
+        ax.text(0.5, 0.5, "no reward in these steps (dpo trains on given pairs)", ha="center", va="center", transform=ax.transAxes)
     ax.set_xlabel("step")
     ax.set_ylabel("reward")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if train or val:
+        ax.legend()
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -145,7 +145,9 @@ def _reporter(run, controller: bool):
 
     def report(record: dict) -> None:
         bar.update(1)
-        postfix = {"reward": f"{record.get('reward_mean', float('nan')):.3f}"}
+        # What the step reports: a reward when it scores responses, DPO's preference accuracy when it trains on pairs.
+        shown = {"reward": "reward_mean", "accuracy": "reward_accuracy", "loss": "dpo_loss"}
+        postfix = {name: f"{record[key]:.3f}" for name, key in shown.items() if record.get(key) is not None}
         if "rollout_tokens_per_second" in record:
             postfix["tok/s"] = f"{record['rollout_tokens_per_second']:.0f}"
         if "validation_reward_mean" in record:

@@ -29,11 +29,11 @@ from .roles import (
 )
 from .run_policy import MonitoringSpec, RunPolicy, SchedulingPolicy
 from .spec import MASTER_PORT, RLJobSpec
-from .status import PHASES, CheckpointStatus, Condition, MetricsSnapshot, Phase, RLJobStatus, RoleStatus
+from .status import PHASES, CheckpointStatus, Condition, InitializationStatus, MetricsSnapshot, Phase, RLJobStatus, RoleStatus
 
 __all__ = [
     "API_VERSION", "ActorSpec", "CATEGORIES", "CheckpointStatus", "Condition", "GPU_RESOURCE", "GROUP", "KIND", "MASTER_PORT",
-    "MetricsSnapshot", "MonitoringSpec", "ObjectMeta", "PHASES", "PLURAL", "Phase", "PodGroupSpec", "RLJob",
+    "InitializationStatus", "MetricsSnapshot", "MonitoringSpec", "ObjectMeta", "PHASES", "PLURAL", "Phase", "PodGroupSpec", "RLJob",
     "RLJobSpec", "RLJobStatus", "ROLE_NAMES", "ResourceRequirements", "RoleName", "RoleSpec",
     "RoleStatus", "Roles", "RunPolicy", "SHORT_NAMES", "SINGULAR", "SchedulingPolicy", "Toleration",
     "VERSION",

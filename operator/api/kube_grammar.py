@@ -99,6 +99,47 @@ LabelValue = Annotated[str, _checked(label_value_errors), WithJsonSchema({"type"
 DNSSubdomain = Annotated[str, _checked(dns1123_subdomain_errors), WithJsonSchema({"type": "string", "maxLength": 253, "pattern": DNS1123_SUBDOMAIN})]
 DNSLabel = Annotated[str, _checked(dns1123_label_errors), WithJsonSchema({"type": "string", "maxLength": 63, "pattern": DNS1123_LABEL})]
 
+# --- paths and names inside a container ---------------------------------------------------------
+
+
+def mount_path_errors(value: str) -> list[str]:
+    """A container path spelt one way only, so that "is it under /tmp?" is a prefix test."""
+    if not value.startswith("/"):
+        return ["must be an absolute path (start with /)"]
+    if value == "/":
+        return ["must not be / (it would hide the image's whole filesystem)"]
+    if value.endswith("/") or "//" in value:
+        return ["must not end with / or contain //"]
+    if any(part in (".", "..") for part in value.split("/")):
+        return ["must not contain . or .. segments"]
+    return []
+
+
+MOUNT_PATH_MAX = 1024
+MOUNT_PATH_CEL = (
+    "self.startsWith('/') && self != '/' && !self.endsWith('/') && !self.contains('//')"
+    " && !self.contains('/./') && !self.endsWith('/.') && !self.contains('/../') && !self.endsWith('/..')"
+)
+MountPath = Annotated[
+    str,
+    _checked(mount_path_errors),
+    WithJsonSchema({"type": "string", "minLength": 2, "maxLength": MOUNT_PATH_MAX, "x-kubernetes-validations": [
+        {"rule": MOUNT_PATH_CEL, "message": "must be an absolute path other than /, without //, . or .. segments or a trailing /"},
+    ]}),
+    Field(min_length=2, max_length=MOUNT_PATH_MAX),
+]
+"""A container path: absolute, not /, with no //, . or .. segments and no trailing /."""
+
+ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+
+def env_var_name_errors(value: str) -> list[str]:
+    return _pattern_errors(value, ENV_VAR_NAME, 256, "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit", "MY_VAR")
+
+
+EnvVarName = Annotated[str, _checked(env_var_name_errors), WithJsonSchema({"type": "string", "maxLength": 256, "pattern": ENV_VAR_NAME})]
+
+
 def label_keys_cel(expression: str) -> str:
     """CEL: every key of the map `expression` is a label key (OpenAPI has no pattern for map keys)."""
     return f"{expression}.all(k, k.size() <= {LABEL_KEY_MAX} && k.matches({_cel_string(LABEL_KEY)}))"

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
+from kuberl.engine.config.base import pattern
 
 from . import kube_types
 from .kube_grammar import ANNOTATIONS_MAX_BYTES, DNSLabel, LabelKey, _checked, generate_name_errors, label_map
@@ -25,7 +26,7 @@ CATEGORIES = ["kuberl"]
 # Children are named <job>-<role>[-<index>]; Kubernetes caps names that become labels and
 # hostnames at 63 characters, so the job's own name must leave room for "-critic-" and an index.
 MAX_NAME_LENGTH = 42
-DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS_LABEL = pattern(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", "a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (it names the job's pods and Service)")
 
 
 class ObjectMeta(kube_types.ObjectMeta):

@@ -10,6 +10,7 @@ from kuberl.engine.config import ActorLayout, ParallelLayout, Rule, SpecModel
 
 from .kube_grammar import LabelKey, LabelValue, Quantity, label_keys_cel, label_map, parse_quantity
 from .kube_types import Affinity
+from .pods import PodTemplate
 
 GPU_RESOURCE = "nvidia.com/gpu"
 RoleName = Literal["actor", "critic", "ref", "reward"]
@@ -59,9 +60,11 @@ class Toleration(SpecModel):
     key: LabelKey | None = None
     """The taint's key, a label key; empty (with operator Exists) matches every taint."""
     operator: Literal["Exists", "Equal"] = "Equal"
+    """Equal: the taint's key and value match; Exists: the key matches, whatever the value."""
     value: LabelValue | None = None
     """Equal: the taint's value, a label value."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """The taint effect to tolerate; empty tolerates every effect."""
     toleration_seconds: int | None = None
     """NoExecute only: how long the pod stays bound after the taint appears."""
 
@@ -100,11 +103,12 @@ _PLACEMENT_FIELDS = {
     "node_selector": "nodeSelector",
     "tolerations": "tolerations",
     "affinity": "affinity",
+    **{name: info.alias for name, info in PodTemplate.model_fields.items()},
 }
 
 
-class PodGroupSpec(SpecModel):
-    """Where and on what a role's own pods run."""
+class PodGroupSpec(PodTemplate):
+    """Where and on what a role's own pods run, and what they add to kuberl's pod."""
 
     replicas: int | None = Field(default=None, ge=1, le=4096)
     """Pods of this role (default 1)."""
@@ -140,7 +144,7 @@ class ActorSpec(PodGroupSpec):
     layout: ActorLayout | None = None
     """Training layout and rollout tensor parallelism; tp*pp*dp must equal the actor's ranks (default: all data-parallel)."""
 
-    RULES = (_layout_matches_ranks("", lambda s: False),)
+    RULES = (*PodTemplate.RULES, _layout_matches_ranks("", lambda s: False))
 
 
 class RoleSpec(PodGroupSpec):
@@ -152,8 +156,9 @@ class RoleSpec(PodGroupSpec):
     """Run on the actor's ranks (time-shared with it) instead of pods of its own."""
 
     RULES = (
+        *PodTemplate.RULES,
         Rule(
-            message="a colocated role runs on the actor's pods: remove its replicas, gpusPerReplica, resources, nodeSelector, tolerations and affinity",
+            message="a colocated role runs on the actor's pods: remove its " + ", ".join(_PLACEMENT_FIELDS.values()),
             check=lambda s: s.colocate_with is None or all(getattr(s, f) is None for f in _PLACEMENT_FIELDS),
             cel="!has(self.colocateWith) || (" + " && ".join(f"!has(self.{f})" for f in _PLACEMENT_FIELDS.values()) + ")",
             field="colocateWith",

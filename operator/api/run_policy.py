@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
+from kuberl.engine.config.base import pattern
 from kuberl.engine.config.tracking import TrackingSpec
 
 from .kube_grammar import DNSSubdomain
@@ -17,7 +18,7 @@ class SchedulingPolicy(SpecModel):
 
     gang_scheduler: Literal["none", "kueue", "volcano"] = "none"
     """none: the default scheduler; kueue: admitted through a LocalQueue; volcano: a PodGroup with minMember."""
-    queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a queue name: lower-case letters, digits and '-', starting and ending with a letter or digit"))
     """kueue: the LocalQueue; volcano: the Volcano queue (optional)."""
     priority_class_name: DNSSubdomain | None = None
     """The PriorityClass of every pod."""
@@ -60,6 +61,7 @@ class MonitoringSpec(SpecModel):
     """Metrics of the job's controller rank, for Prometheus, and experiment trackers."""
 
     enabled: bool = True
+    """Serve Prometheus metrics from the controller rank (and add the metrics port to the Service)."""
     metrics_port: int = Field(default=9400, ge=1024, le=65535)
     """The port of the /metrics endpoint."""
     tracking: list[TrackingSpec] = Field(default=[], max_length=3)

@@ -8,7 +8,6 @@ from pydantic import Field
 
 from kuberl.engine.config import (
     AlgorithmSpec,
-    ReinforcePPSpec,
     DataSpec,
     ModelSpec,
     RewardSpec,
@@ -20,7 +19,9 @@ from kuberl.engine.config import (
 )
 from kuberl.engine.config.algorithm import group_baseline_cel, needs_critic_cel
 
+from .initializer import CacheSpec, InitializerSpec
 from .kube_grammar import DNSSubdomain, ImageReference
+from .pods import SPEC_VOLUME_RULES, Volume
 from .roles import Roles
 from .run_policy import MonitoringSpec, RunPolicy
 
@@ -30,13 +31,14 @@ MASTER_PORT = 29500
 
 class LocalObjectReference(SpecModel):
     name: str = Field(min_length=1, max_length=253)
+    """The object's name, in the RLJob's namespace."""
 
 
 # What a running job cannot change: its pods, engine config and checkpoints depend on them.
 # runPolicy (suspend, backoffLimit, deadlines) stays mutable.
 IMMUTABLE_FIELDS = (
     "model", "tokenizer", "data", "algorithm", "rollout", "reward", "roles", "trainer", "monitoring",
-    "image", "imagePullPolicy", "imagePullSecrets", "serviceAccountName",
+    "image", "imagePullPolicy", "imagePullSecrets", "serviceAccountName", "volumes", "cache", "initializer",
 )
 
 
@@ -46,6 +48,14 @@ def _immutable(field: str) -> dict[str, str]:
         "message": f"{field} cannot change once the RLJob exists (only runPolicy can): create a new RLJob",
         "fieldPath": f".{field}",
     }
+
+
+def _reinforce_pp_baseline(s: "RLJobSpec") -> bool:
+    """Whether the job asks for REINFORCE++'s group baseline explicitly (its block, or the estimator's options)."""
+    algorithm = s.algorithm
+    if algorithm.advantage is not None:
+        return algorithm.advantage.name == "reinforce_pp" and algorithm.advantage.options.get("baseline") is True
+    return algorithm.name == "reinforce_pp" and algorithm.reinforce_pp is not None and algorithm.reinforce_pp.baseline is True
 
 
 def _sequences_per_step(s: "RLJobSpec") -> int:
@@ -120,12 +130,35 @@ class RLJobSpec(SpecModel):
     image: ImageReference | None = None
     """The trainer image; default: the one the operator was installed with."""
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    """When the kubelet pulls the image; default: the operator's setting (IfNotPresent)."""
     image_pull_secrets: list[LocalObjectReference] = Field(default=[], max_length=16)
     """Secrets, by name, for pulling the image."""
     service_account_name: DNSSubdomain | None = None
     """The pods' ServiceAccount; default: none mounted (the engine needs no API access)."""
+    volumes: list[Volume] = Field(default=[], max_length=64, json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    """Volumes of the job's pods (PersistentVolumeClaims, ConfigMaps, Secrets, NFS, ...); each role mounts what it
+    needs with its volumeMounts. On a cluster, every path the engine reads must lie under a mount of the role that reads it."""
+    cache: CacheSpec | None = None
+    """Where hub downloads go on a cluster: needed by a job that names a hub repository (model.hubId, ...)."""
+    initializer: InitializerSpec | None = None
+    """Settings of the pod that fills the cache (environment such as HF_ENDPOINT, resources, deadline)."""
 
     RULES = (
+        *SPEC_VOLUME_RULES,
+        Rule(
+            message="cache is unused: no hub repository to fetch (model.hubId, tokenizer.hubId or reward.model.hubId)",
+            check=lambda s: s.cache is None or bool(s.hub_fields()),
+            cel="!has(self.cache) || has(self.model.hubId) || (has(self.tokenizer) && has(self.tokenizer.hubId))"
+            " || (has(self.reward) && has(self.reward.model) && has(self.reward.model.hubId))",
+            field="cache",
+        ),
+        Rule(
+            message="initializer needs cache: it fills the cache volume",
+            check=lambda s: s.initializer is None or s.cache is not None,
+            cel="!has(self.initializer) || has(self.cache)",
+            field="initializer",
+        ),
         Rule(
             message="ppo needs roles.critic (GAE learns a value function)",
             check=lambda s: not s.algorithm.needs_critic or s.roles.critic is not None,
@@ -146,19 +179,25 @@ class RLJobSpec(SpecModel):
             detail=lambda s: f"{s.algorithm.advantage_name} needs {s.algorithm.min_samples}",
         ),
         Rule(
-            message="reinforcePp.baseline subtracts the mean of a prompt's samples: with samplesPerPrompt 1 every advantage is 0; set samplesPerPrompt >= 2 or baseline: false",
-            check=lambda s: s.algorithm.name != "reinforce_pp" or s.algorithm.advantage is not None
-            or not (s.algorithm.reinforce_pp or ReinforcePPSpec()).baseline
-            or s.rollout_or_default().samples_per_prompt >= 2,
+            message="reinforce_pp's baseline subtracts the mean of a prompt's samples: with samplesPerPrompt 1 every advantage "
+            "is 0; set samplesPerPrompt >= 2, or leave the baseline out (its default follows samplesPerPrompt)",
+            check=lambda s: not _reinforce_pp_baseline(s) or s.rollout_or_default().samples_per_prompt >= 2,
+            # The preset's block here; advantage.options are free values that CEL cannot read (checked by the parser).
             cel="self.algorithm.name != 'reinforce_pp' || has(self.algorithm.advantage)"
-            " || (has(self.algorithm.reinforcePp) && !self.algorithm.reinforcePp.baseline)"
+            " || !has(self.algorithm.reinforcePp) || !has(self.algorithm.reinforcePp.baseline) || !self.algorithm.reinforcePp.baseline"
             " || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
             field="rollout.samplesPerPrompt",
         ),
         Rule(
-            message="a KL term (algorithm.klCoef > 0) and dpo need roles.ref, the reference policy",
-            check=lambda s: not s.algorithm.needs_reference or s.roles.ref is not None,
-            cel="!(self.algorithm.name == 'dpo' || self.algorithm.klCoef > 0.0) || has(self.roles.ref)",
+            message="dpo needs roles.ref: its loss compares the policy with the reference policy (e.g. roles.ref: {colocateWith: actor})",
+            check=lambda s: s.algorithm.name != "dpo" or s.roles.ref is not None,
+            cel="self.algorithm.name != 'dpo' || has(self.roles.ref)",
+            field="roles.ref",
+        ),
+        Rule(
+            message="a KL term (algorithm.klCoef > 0) needs roles.ref, the reference policy (e.g. roles.ref: {colocateWith: actor})",
+            check=lambda s: s.algorithm.name == "dpo" or s.algorithm.kl_coef <= 0 or s.roles.ref is not None,
+            cel="self.algorithm.name == 'dpo' || !(self.algorithm.klCoef > 0.0) || has(self.roles.ref)",
             field="roles.ref",
         ),
         Rule(
@@ -233,6 +272,11 @@ class RLJobSpec(SpecModel):
     )
 
     TRANSITION_RULES = tuple(_immutable(f) for f in IMMUTABLE_FIELDS)
+
+    def hub_fields(self) -> list[str]:
+        """The fields that name a hub repository (what the initializer fetches on a cluster)."""
+        sources = {"model": self.model, "tokenizer": self.tokenizer, "reward.model": self.reward.model if self.reward else None}
+        return [name for name, source in sources.items() if source is not None and source.hub_id is not None]
 
     def rollout_or_default(self) -> RolloutSpec:
         return self.rollout or RolloutSpec()

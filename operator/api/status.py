@@ -8,57 +8,94 @@ from typing import Literal
 from pydantic import Field
 
 from kuberl.engine.config import CheckpointStatus, SpecModel
+from kuberl.engine.config.initialization import FetchedRepo
 
-Phase = Literal["Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-PHASES: tuple[Phase, ...] = ("Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+Phase = Literal["Pending", "Initializing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+PHASES: tuple[Phase, ...] = ("Pending", "Initializing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
 
 class Condition(SpecModel):
     """A condition in the shape of metav1.Condition."""
 
     type: str = Field(min_length=1, max_length=316, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+    """A phase (Initializing, Running, Restarting, Suspended, Succeeded, Failed) or Initialized."""
     status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds now."""
     reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
     """A CamelCase word for machines."""
     message: str = Field(default="", max_length=32768)
     """A sentence for people."""
     last_transition_time: datetime
+    """When status last changed."""
     observed_generation: int | None = Field(default=None, ge=0)
+    """The RLJob's metadata.generation the condition was set for."""
 
 
 class RoleStatus(SpecModel):
     """Pod counts of one role."""
 
     active: int = Field(default=0, ge=0)
+    """Pods of the current attempt that are pending or running."""
     ready: int = Field(default=0, ge=0)
+    """Pods that are running and ready."""
     succeeded: int = Field(default=0, ge=0)
+    """Pods that exited 0."""
     failed: int = Field(default=0, ge=0)
+    """Pods that failed (each one restarts the whole gang)."""
 
 
 class MetricsSnapshot(SpecModel):
     """The latest training metrics, reported by the job's controller rank."""
 
     reward_mean: float | None = None
+    """The mean reward of the last step's responses."""
     kl: float | None = None
+    """The policy's KL divergence from the reference policy at the last step."""
     tokens_per_second: float | None = Field(default=None, ge=0.0)
+    """Generated tokens per second of the last step's rollout."""
+
+
+class InitializationStatus(SpecModel):
+    """What the initializer put in the cache volume, once it has finished."""
+
+    repos: list[FetchedRepo] = Field(default=[], max_length=8)
+    """Each hub repository with the commit the trainer pods load."""
+    fetched_bytes: int = Field(default=0, ge=0)
+    """Downloaded by the initializer; 0 when the cache held everything already."""
+    completion_time: datetime | None = None
+    """When the initializer finished."""
+
+    def commit_of(self, field: str) -> str | None:
+        return next((r.commit for r in self.repos if r.field == field), None)
 
 
 class RLJobStatus(SpecModel):
+    """What the operator observed and what the job's controller rank reported."""
+
     phase: Phase | None = None
+    """Pending, Initializing (fetching the hub repositories), Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] = Field(
         default=[],
         max_length=32,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
+    """One per phase the job has been in, and Initialized; the reason and message of each say why."""
     roles: dict[str, RoleStatus] = {}
     """Pod counts by role."""
     step: int | None = Field(default=None, ge=0)
     """The last finished training step."""
     total_steps: int | None = Field(default=None, ge=0)
+    """The steps the job will train (trainer.totalSteps, or the epochs' steps)."""
     restarts: int = Field(default=0, ge=0)
     """Gang restarts so far."""
     last_checkpoint: CheckpointStatus | None = None
+    initialization: InitializationStatus | None = None
+    """Set when the initializer has filled the cache (jobs that name a hub repository)."""
     metrics: MetricsSnapshot | None = None
+    """The latest training metrics."""
     start_time: datetime | None = None
+    """When the job (or its initializer) started; runPolicy.activeDeadlineSeconds counts from here."""
     completion_time: datetime | None = None
+    """When the job succeeded or failed."""
     observed_generation: int | None = Field(default=None, ge=0)
+    """The RLJob's metadata.generation that the status reflects."""

@@ -16,9 +16,10 @@ from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.manifest import ManifestError, read_documents, load_rljobs
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.waiting import eventually
+from kuberl.operator.testing.corpus import rljob_files
 
 MANIFESTS = Path(__file__).parent.parent / "manifests"
-EXAMPLES = sorted((Path(__file__).parent.parent.parent / "examples").glob("*.yaml"))
+EXAMPLES = rljob_files(Path(__file__).parent.parent.parent / "examples")
 
 
 def fresh_namespace(plane, prefix: str) -> str:
@@ -90,8 +91,9 @@ def test_api_server_refuses_bad_rljobs_naming_the_field(control_plane, rljob_crd
         return
     assert caught.value.status == 422, body
     fields = [cause.get("field", "") for cause in body.get("details", {}).get("causes", [])]
-    # The server names the field itself, or for a missing one its parent.
-    assert any(expected_path == f or expected_path.startswith((f + ".", f + "[")) for f in fields if f), (fields, body["message"])
+    # The server names the field itself, or for a missing one its parent, or for a duplicate in a list the item.
+    assert any(expected_path == f or expected_path.startswith((f + ".", f + "[")) or f.startswith(expected_path + "[")
+               for f in fields if f), (fields, body["message"])
 
 
 def test_cel_rule_message_reaches_the_client(control_plane, rljob_crd) -> None:

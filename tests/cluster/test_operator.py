@@ -78,14 +78,16 @@ def new_namespace(plane, prefix: str) -> str:
 
 
 def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
-    """A GRPO job with two actor pods on the cpu pool and a critic-free layout."""
+    """A GRPO job with two actor pods on the cpu pool and a critic-free layout, its model and data on a volume."""
     spec = {
-        "model": {"path": "/models/m"},
+        "model": {"path": "/data/models/m"},
         "data": {"train": {"path": "/data/train.jsonl"}},
+        "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data", "type": "DirectoryOrCreate"}}],
         "algorithm": {"name": "grpo"},
         "rollout": {"samplesPerPrompt": 4},
         "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 2, "nodeSelector": {"kuberl.dev/pool": "cpu"}}},
+        "roles": {"actor": {"replicas": 2, "nodeSelector": {"kuberl.dev/pool": "cpu"},
+                            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]}},
         "trainer": {"totalSteps": 10, "promptsPerStep": 4},
         "runPolicy": {"backoffLimit": 3},
     }
@@ -131,37 +133,76 @@ def fail_pod(plane, pod: client.V1Pod) -> None:
 # --- tests -------------------------------------------------------------------------------------------
 
 
+def bind_claim(plane, ns: str, claim: str) -> None:
+    """A claim bound to a static volume (no provisioner here), so that pods mounting it are scheduled."""
+    core = client.CoreV1Api(plane.api_client())
+    core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{claim}-{ns}"},
+        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "hostPath": {"path": f"/tmp/{ns}/{claim}"},
+                 "storageClassName": "", "claimRef": {"namespace": ns, "name": claim}}})
+    core.create_namespaced_persistent_volume_claim(ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}},
+                 "storageClassName": "", "volumeName": f"{claim}-{ns}"}})
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def finish_initializer(plane, ns: str, job: str, report: dict[str, Any], exit_code: int = 0) -> None:
+    """Play the initializer's part on a kwok node: end its pod with `report` as its termination message."""
+    def initializer_pod():
+        found = [p for p in pods(plane, ns, f"kuberl.dev/job={job},kuberl.dev/component=initializer") if p.status.phase == "Running"]
+        return found[0] if found else None
+
+    pod = eventually(initializer_pod, 60, "the initializer pod to run")
+    annotations = {EXIT_ANNOTATION: "succeed" if exit_code == 0 else "fail", "kuberl.dev/kwok-message": json.dumps(report)}
+    if exit_code:
+        annotations["kuberl.dev/kwok-exit-code"] = str(exit_code)
+    client.CoreV1Api(plane.api_client()).patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": annotations}})
+
+
 def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane, operator) -> None:
     plane = control_plane
     ns = new_namespace(plane, "rl")
     core = client.CoreV1Api(plane.api_client())
-    # The example's checkpoint claim, bound to a static volume (no provisioner here).
-    core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"ckpt-{ns}"},
-        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "hostPath": {"path": f"/tmp/{ns}"},
-                 "storageClassName": "", "claimRef": {"namespace": ns, "name": "ppo-qwen-math-ckpt"}}})
-    core.create_namespaced_persistent_volume_claim(ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "ppo-qwen-math-ckpt"},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}},
-                 "storageClassName": "", "volumeName": f"ckpt-{ns}"}})
+    for claim in ("gsm8k", "hub-cache", "ppo-qwen-math-ckpt"):  # examples/ppo-cluster-storage.yaml's claims
+        bind_claim(plane, ns, claim)
     doc = read_documents((REPO / "examples" / "ppo-cluster.yaml").read_text(), "ppo")[0].content
     doc["metadata"]["namespace"] = ns
     create(plane, ns, doc)
     name = doc["metadata"]["name"]
 
+    # First the initializer alone: no trainer Job until the cache holds the model.
+    s = wait_phase(plane, ns, name, "Initializing", 60)
+    batch = client.BatchV1Api(plane.api_client())
+    assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == [f"{name}-initializer"]
+    init_pod = pods(plane, ns, "kuberl.dev/component=initializer")[0]
+    init = init_pod.spec.containers[0]
+    assert init.command == ["kuberl", "initialize"] and init_pod.spec.automount_service_account_token is False
+    assert {e.name: e.value_from.secret_key_ref.name for e in init.env if e.value_from and e.value_from.secret_key_ref} == {"HF_TOKEN": "hf-token"}
+    assert any(m.mount_path == "/var/cache/kuberl" and not m.read_only for m in init.volume_mounts)
+    report = {"repos": [{"field": "model", "repo": "Qwen/Qwen2.5-1.5B-Instruct", "revision": "main", "commit": COMMIT,
+                         "files": 9, "bytes": 3_100_000_000, "fetchedBytes": 3_100_000_000}]}
+    finish_initializer(plane, ns, name, report)
+
     s = wait_phase(plane, ns, name, "Running", 90)
     assert s["restarts"] == 0
     assert s["roles"]["actor"]["ready"] == 2 and s["roles"]["critic"]["ready"] == 1
     assert any(c["type"] == "Running" and c["status"] == "True" for c in s["conditions"])
+    initialized = next(c for c in s["conditions"] if c["type"] == "Initialized")
+    assert initialized["status"] == "True" and initialized["reason"] == "CacheReady" and "3100000000 bytes fetched" in initialized["message"]
+    assert s["initialization"]["repos"][0]["commit"] == COMMIT and s["initialization"]["fetchedBytes"] == 3_100_000_000
+    assert "initializer" not in s["roles"]  # its pod is nobody's rank
 
     service = core.read_namespaced_service(name, ns)
     assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses
     config = json.loads(core.read_namespaced_config_map(f"{name}-config", ns).data["engine-config.json"])
     assert config["worldSize"] == 24  # 2 actor pods x 8 GPUs + 1 critic pod x 8 GPUs
     assert config["roles"]["critic"]["rankOffset"] == 16 and config["roles"]["ref"]["colocatedWith"] == "actor"
+    assert config["model"]["revision"] == COMMIT  # every pod, every attempt, loads the commit that was fetched
 
-    batch = client.BatchV1Api(plane.api_client())
     jobs = {j.metadata.name: j for j in batch.list_namespaced_job(ns).items}
-    assert set(jobs) == {f"{name}-actor", f"{name}-critic"}
+    assert set(jobs) == {f"{name}-initializer", f"{name}-actor", f"{name}-critic"}
     assert jobs[f"{name}-actor"].spec.parallelism == 2 and jobs[f"{name}-actor"].spec.completion_mode == "Indexed"
     for job in jobs.values():
         assert job.metadata.owner_references[0].kind == "RLJob" and job.metadata.owner_references[0].controller
@@ -174,12 +215,73 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     env = {e.name: e.value for e in container.env}
     assert env["WORLD_SIZE"] == "24" and env["MASTER_ADDR"] == f"{name}-actor-0.{name}.{ns}.svc"
     assert env["KUBERL_ROLE"] == "actor" and env["MASTER_PORT"] == "29500"
+    assert env["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in env
     assert container.resources.limits["nvidia.com/gpu"] == "8"
     assert container.security_context.allow_privilege_escalation is False
     assert container.security_context.capabilities.drop == ["ALL"]
     assert pod.spec.security_context.run_as_non_root and pod.spec.subdomain == name
-    assert any(v.persistent_volume_claim and v.persistent_volume_claim.claim_name == "ppo-qwen-math-ckpt" for v in pod.spec.volumes)
+    claims = {v.persistent_volume_claim.claim_name: v.name for v in pod.spec.volumes if v.persistent_volume_claim}
+    assert claims == {"ppo-qwen-math-ckpt": "kuberl-checkpoints", "hub-cache": "kuberl-cache", "gsm8k": "gsm8k"}
+    mounts = {m.mount_path: m for m in container.volume_mounts}
+    assert mounts["/data"].name == "gsm8k" and mounts["/data"].read_only and mounts["/var/cache/kuberl"].read_only
     assert any(v.empty_dir and v.empty_dir.medium == "Memory" for v in pod.spec.volumes)
+    critic = critic_pods[0].spec
+    assert "gsm8k" not in {v.name for v in critic.volumes}  # a role gets the volumes it mounts, no others
+
+
+def test_a_refused_token_fails_the_job_at_initialization_with_the_initializers_reason(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "token")
+    bind_claim(plane, ns, "hub-cache")
+    doc = read_documents((REPO / "tests" / "manifests" / "good" / "cluster-hub-cache-claim.yaml").read_text(), "hub")[0].content
+    create(plane, ns, doc)
+    wait_phase(plane, ns, "from-hub", "Initializing", 60)
+    message = "model.hubId HuggingFaceTB/SmolLM2-135M-Instruct: the hub refused the token (401)"
+    finish_initializer(plane, ns, "from-hub", {"reason": "TokenRefused", "message": message}, exit_code=3)
+    s = wait_phase(plane, ns, "from-hub", "Failed", 60)
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "TokenRefused" and failed["message"] == message
+    assert next(c for c in s["conditions"] if c["type"] == "Initialized")["status"] == "False"
+    # Exit code 3 fails the initializer's Job at once (podFailurePolicy), and no trainer Job was made.
+    jobs = client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
+    assert [j.metadata.name for j in jobs] == ["from-hub-initializer"]
+    assert len(pods(plane, ns, "kuberl.dev/component=initializer")) == 1
+
+
+def test_a_cache_of_a_size_is_a_claim_the_job_owns(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "owncache")
+    doc = read_documents((REPO / "tests" / "manifests" / "good" / "cluster-hub-cache-size.yaml").read_text(), "c")[0].content
+    create(plane, ns, doc)
+    wait_phase(plane, ns, "own-cache", "Initializing", 60)
+    claim = client.CoreV1Api(plane.api_client()).read_namespaced_persistent_volume_claim("own-cache-cache", ns)
+    assert claim.spec.storage_class_name == "fast-ssd" and claim.spec.access_modes == ["ReadWriteOnce"]
+    assert claim.spec.resources.requests["storage"] == "20Gi"
+    assert claim.metadata.owner_references[0].kind == "RLJob"
+    # No provisioner here: the claim stays Pending and the status says why the initializer waits.
+    s = eventually(lambda: (s := status(plane, ns, "own-cache")) and "not scheduled" in next(
+        c for c in s["conditions"] if c["type"] == "Initializing")["message"] and s, 60, "the unbound claim in the status")
+    assert "persistentvolumeclaim" in next(c for c in s["conditions"] if c["type"] == "Initializing")["message"].lower()
+
+
+CLUSTER_RULES = sorted(p for p in (REPO / "tests" / "manifests" / "bad").glob("cluster-*.yaml"))
+
+
+@pytest.mark.parametrize("path", CLUSTER_RULES, ids=lambda p: p.stem)
+def test_the_operator_refuses_what_only_a_cluster_rule_catches_before_any_pod(control_plane, operator, path: Path) -> None:
+    """The API server accepts these (their header says why); the operator fails them with the field and the fix."""
+    plane = control_plane
+    ns = new_namespace(plane, "rule")
+    text = path.read_text()
+    expected = dict(line[2:].split(": ", 1) for line in text.splitlines() if line.startswith("# expect-"))
+    doc = read_documents(text, str(path))[-1].content
+    create(plane, ns, doc)
+    s = wait_phase(plane, ns, doc["metadata"]["name"], "Failed", 60)
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert f"{expected['expect-path']}: " in failed["message"] and expected["expect-message"] in failed["message"]
+    assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
+    assert not pods(plane, ns, "")
 
 
 def test_a_failed_pod_restarts_the_gang_and_backoff_limit_ends_it(control_plane, operator) -> None:
@@ -248,7 +350,7 @@ def test_an_object_gone_while_applying_is_a_race_not_a_failure(control_plane, op
 
     from kuberl.operator.controller import OperatorMetrics, Reconciler
     from kuberl.operator.manifest import parse_rljob
-    from kuberl.operator.planner import OperatorSettings
+    from kuberl.operator.children import OperatorSettings
     from kuberl.operator.reconcile import Observed, decide
 
     plane = control_plane

@@ -1,0 +1,54 @@
+"""Names, labels and settings shared by everything the operator creates for an RLJob."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .api import API_VERSION, KIND
+
+LABEL_JOB = "kuberl.dev/job"
+LABEL_ROLE = "kuberl.dev/role"
+LABEL_ATTEMPT = "kuberl.dev/attempt"
+LABEL_COMPONENT = "kuberl.dev/component"
+"""On the initializer's Job and pod ("initializer"), which belong to no role and no attempt."""
+INITIALIZER = "initializer"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "kuberl-operator"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+CONFIG_FILE = "engine-config.json"
+TRAINER_UID = 10001
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Defaults the operator was installed with (Helm values)."""
+
+    default_image: str = "ghcr.io/kuberl/trainer:0.1.0"
+    image_pull_policy: str = "IfNotPresent"
+    shm_size: str = "16Gi"
+    """Size limit of each pod's /dev/shm (NCCL and dataloaders use it)."""
+
+
+def child_name(job_name: str, suffix: str) -> str:
+    return f"{job_name}-{suffix}"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The RLJob every child belongs to: names, namespace, and the owner reference they carry."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def meta(self, obj_name: str, **labels: str) -> dict[str, Any]:
+        reference = {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "uid": self.uid,
+                     "controller": True, "blockOwnerDeletion": True}
+        return {
+            "name": obj_name,
+            "namespace": self.namespace,
+            "labels": {LABEL_JOB: self.name, LABEL_MANAGED_BY: MANAGER, **labels},
+            "ownerReferences": [reference],
+        }

@@ -1,0 +1,218 @@
+"""The pods the operator runs: kuberl's own volumes, environment and security, plus what the role adds.
+
+Trainer pods and the initializer pod are built from the same pieces, so both run unprivileged with a
+read-only root filesystem, and both see the job's engine config and cache at the same paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kuberl.engine.config import EngineConfig
+
+from .api import GPU_RESOURCE, MASTER_PORT, RLJob
+from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
+from .cluster_rules import checkpoint_mount
+from .children import (
+    CONFIG_FILE,
+    KUEUE_QUEUE_LABEL,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    TRAINER_UID,
+    VOLCANO_GROUP_ANNOTATION,
+    OperatorSettings,
+    Owner,
+    child_name,
+)
+
+SHM_VOLUME = f"{RESERVED_VOLUME_PREFIX}shm"
+CONFIG_VOLUME = f"{RESERVED_VOLUME_PREFIX}config"
+TMP_VOLUME = f"{RESERVED_VOLUME_PREFIX}tmp"
+CHECKPOINT_VOLUME = f"{RESERVED_VOLUME_PREFIX}checkpoints"
+CACHE_VOLUME = f"{RESERVED_VOLUME_PREFIX}cache"
+
+CONTAINER_SECURITY = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    # Everything a container writes goes to /tmp, /dev/shm, the checkpoint volume, the cache (the
+    # initializer) and the user's own writable mounts.
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY = {
+    "runAsNonRoot": True,
+    "runAsUser": TRAINER_UID,
+    "runAsGroup": TRAINER_UID,
+    "fsGroup": TRAINER_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def cache_claim(job: RLJob) -> str | None:
+    """The PersistentVolumeClaim of the job's cache: the user's, or the one the operator creates."""
+    cache = job.spec.cache
+    if cache is None:
+        return None
+    return cache.claim_name or child_name(job.metadata.name or "", "cache")
+
+
+def config_volume(job_name: str) -> dict[str, Any]:
+    return {"name": CONFIG_VOLUME, "configMap": {"name": child_name(job_name, "config")}}
+
+
+def cache_volume(claim: str) -> dict[str, Any]:
+    return {"name": CACHE_VOLUME, "persistentVolumeClaim": {"claimName": claim}}
+
+
+def hub_env(offline: bool) -> list[dict[str, Any]]:
+    """Where huggingface_hub keeps its files: the cache volume; trainer pods never reach the hub."""
+    env = [{"name": "HF_HUB_CACHE", "value": HUB_CACHE_DIR}]
+    if offline:
+        env.append({"name": "HF_HUB_OFFLINE", "value": "1"})
+    return env
+
+
+def trainer_job(job: RLJob, role: str, config: EngineConfig, attempt: int, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    """The indexed Job of one role's pods for one attempt."""
+    spec = job.spec
+    name, namespace = owner.name, owner.namespace
+    role_spec = getattr(spec.roles, role)
+    topo = config.roles[role]
+    gpus = role_spec.gpus_per_replica or 0
+    replicas = role_spec.replicas or 1
+    labels = {LABEL_ROLE: role, LABEL_ATTEMPT: str(attempt)}
+
+    resources = role_spec.resources.to_manifest() if role_spec.resources else {}
+    resources = {k: dict(v) for k, v in resources.items() if v}
+    if gpus:
+        # Extended resources are requested through limits (requests default to them).
+        resources.setdefault("limits", {})[GPU_RESOURCE] = str(gpus)
+
+    env: list[dict[str, Any]] = [
+        {"name": "KUBERL_JOB", "value": name},
+        {"name": "KUBERL_ROLE", "value": role},
+        {"name": "KUBERL_ATTEMPT", "value": str(attempt)},
+        {"name": "KUBERL_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
+        {"name": "KUBERL_PROGRESS_CONFIGMAP", "value": child_name(name, "progress")},
+        {"name": "KUBERL_ROLE_RANK_OFFSET", "value": str(topo.rank_offset)},
+        {"name": "KUBERL_PROCS_PER_POD", "value": str(topo.procs_per_pod)},
+        {"name": "WORLD_SIZE", "value": str(config.world_size)},
+        # Rank 0 is the actor's pod 0: its stable name through the headless Service.
+        {"name": "MASTER_ADDR", "value": f"{child_name(name, 'actor')}-0.{name}.{namespace}.svc"},
+        {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # The root filesystem is read-only: caches (vLLM, torch, matplotlib, a converted GGUF) go to /tmp.
+        {"name": "HOME", "value": "/tmp"},
+    ]
+    claim = cache_claim(job)
+    if claim is not None:
+        env += hub_env(offline=True)
+    if role == "actor":  # the controller rank, in the actor's first pod, is the only one that tracks
+        for tracker in spec.monitoring.tracking:
+            if tracker.secret is not None:
+                ref, variable = tracker.secret
+                env.append({"name": variable, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    # The user's variables come last: they may refer to kuberl's as $(POD_NAMESPACE); the API's rules
+    # keep them from setting one of kuberl's.
+    env += [e.to_manifest() for e in role_spec.env or []]
+    ports = [{"name": "torch", "containerPort": MASTER_PORT}]
+    if spec.monitoring.enabled:
+        ports.append({"name": "metrics", "containerPort": spec.monitoring.metrics_port})
+
+    volumes, mounts = _trainer_volumes(job, role, settings)
+    container: dict[str, Any] = {
+        "name": "trainer",
+        "image": spec.image or settings.default_image,
+        "imagePullPolicy": spec.image_pull_policy or settings.image_pull_policy,
+        "command": ["kuberl", "worker"],
+        "env": env,
+        "ports": ports,
+        "resources": resources,
+        "volumeMounts": mounts,
+        "securityContext": CONTAINER_SECURITY,
+    }
+    if role_spec.env_from:
+        container["envFrom"] = [e.to_manifest() for e in role_spec.env_from]
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # SIGTERM makes the ranks stop at the next step boundary with a checkpoint (engine/runtime/stopping.py).
+        "terminationGracePeriodSeconds": spec.run_policy.termination_grace_period_seconds,
+        "subdomain": name,
+        "serviceAccountName": spec.service_account_name or child_name(name, "trainer"),
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s.name} for s in spec.image_pull_secrets]
+    if role_spec.node_selector:
+        pod_spec["nodeSelector"] = dict(role_spec.node_selector)
+    if role_spec.tolerations:
+        pod_spec["tolerations"] = [t.to_manifest() for t in role_spec.tolerations]
+    if role_spec.affinity:
+        pod_spec["affinity"] = role_spec.affinity.to_manifest()
+    if role_spec.runtime_class_name:
+        pod_spec["runtimeClassName"] = role_spec.runtime_class_name
+    scheduling = spec.run_policy.scheduling
+    if scheduling.priority_class_name:
+        pod_spec["priorityClassName"] = scheduling.priority_class_name
+    # The user's labels and annotations first: kuberl's keys, which the API's rules keep out of the
+    # user's, are what the operator and the schedulers select on.
+    pod_annotations: dict[str, str] = dict(role_spec.annotations or {})
+    if scheduling.gang_scheduler == "volcano":
+        pod_spec["schedulerName"] = "volcano"
+        pod_annotations[VOLCANO_GROUP_ANNOTATION] = name
+    pod_labels = {**(role_spec.labels or {}), LABEL_JOB: name, **labels}
+
+    job_meta = owner.meta(child_name(name, role), **labels)
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": replicas,
+        "parallelism": replicas,
+        "backoffLimit": 0,
+        "template": {
+            "metadata": {"labels": pod_labels, **({"annotations": pod_annotations} if pod_annotations else {})},
+            "spec": pod_spec,
+        },
+    }
+    if scheduling.gang_scheduler == "kueue":
+        # Kueue admits a Job by unsuspending it once its quota is free.
+        job_meta["labels"][KUEUE_QUEUE_LABEL] = scheduling.queue_name
+        job_spec["suspend"] = True
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": job_spec}
+
+
+def _trainer_volumes(job: RLJob, role: str, settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """kuberl's volumes and mounts, then the job's volumes this role mounts."""
+    spec = job.spec
+    name = job.metadata.name or ""
+    role_spec = getattr(spec.roles, role)
+    checkpoint = spec.trainer.checkpoint
+    volumes: list[dict[str, Any]] = [
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},
+        config_volume(name),
+        {"name": TMP_VOLUME, "emptyDir": {}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        {"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": TMP_VOLUME, "mountPath": "/tmp"},
+    ]
+    # Checkpoints go to their claim; without one, to the user's volume that holds the path; else to
+    # an emptyDir (a restarted pod then starts over).
+    if checkpoint.claim_name:
+        volumes.append({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": checkpoint.claim_name}})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": checkpoint.path})
+    elif checkpoint_mount(spec, role) is None:
+        volumes.append({"name": CHECKPOINT_VOLUME, "emptyDir": {}})
+        mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": checkpoint.path})
+    claim = cache_claim(job)
+    if claim is not None:
+        volumes.append(cache_volume(claim))
+        mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_DIR, "readOnly": True})
+    used = {m.name for m in role_spec.volume_mounts or []}
+    volumes += [v.to_manifest() for v in spec.volumes if v.name in used]
+    mounts += [m.to_manifest() for m in role_spec.volume_mounts or []]
+    return volumes, mounts
