@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries node-deps node-binaries images prometheus test crd lock main-job bench-setup
+.PHONY: setup kube-binaries node-deps node-binaries images prometheus test crd lock main-job bench-setup dist
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
@@ -40,3 +40,6 @@ main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (3 to 6 m
 
 bench-setup: setup  ## what bench/grpo needs besides .venv: TRL (its baseline), within the lock's versions
 	$(UV) pip install --quiet --python $(PY) --constraint requirements/cpu.lock trl==1.16.0 datasets==5.2.0
+
+dist:  ## wheel, sdist, Helm chart and image archives in dist/ with SHA256SUMS (DIST_IMAGES=0: without the images)
+	DIST_IMAGES=$(DIST_IMAGES) UV=$(UV) bash scripts/dist.sh dist

@@ -25,10 +25,14 @@ TRAINER_UID = 10001
 class OperatorSettings:
     """Defaults the operator was installed with (Helm values)."""
 
-    default_image: str = "ghcr.io/kuberl/trainer:0.1.0"
+    default_image: str | None = None
+    """The trainer image of RLJobs that name none (the chart's trainerImage); None: such a job is refused."""
     image_pull_policy: str = "IfNotPresent"
     shm_size: str = "16Gi"
     """Size limit of each pod's /dev/shm (NCCL and dataloaders use it)."""
+    hub_endpoint: str | None = None
+    """HF_ENDPOINT of every initializer (a hub mirror or an in-cluster proxy), unless the job's
+    spec.initializer.env sets its own; None: huggingface_hub's default, the public hub."""
 
 
 def child_name(job_name: str, suffix: str) -> str:

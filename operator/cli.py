@@ -100,7 +100,7 @@ def _cmd_operator(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         workers=args.workers,
-        settings=OperatorSettings(default_image=args.default_image),
+        settings=OperatorSettings(default_image=args.default_image, hub_endpoint=args.hub_endpoint),
     ))
     return 0
 
@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--metrics-port", type=int, default=8000, help="Prometheus /metrics port (default 8000)")
     op.add_argument("--health-port", type=int, default=8080, help="liveness and readiness /healthz port (default 8080)")
     op.add_argument("--workers", type=int, default=4, help="RLJobs reconciled at once (default 4)")
-    op.add_argument("--default-image", default=OperatorSettings().default_image, help="trainer image for RLJobs that name none")
+    op.add_argument("--default-image", help="trainer image for RLJobs that name none (without it, such a job is refused)")
+    op.add_argument("--hub-endpoint", help="HF_ENDPOINT of the initializers: a Hugging Face hub mirror or proxy (default: the public hub)")
     op.set_defaults(func=_cmd_operator)
     return parser
 

@@ -85,10 +85,14 @@ def _fix(spec: RLJobSpec, role: str, path: str) -> str:
             f"spec.roles.{role}.volumeMounts (e.g. mountPath: {example})")
 
 
-def cluster_problems(job: RLJob, source: str) -> list[Problem]:
-    """What keeps `job` from running on a cluster although its manifest is valid."""
+def cluster_problems(job: RLJob, source: str, default_image: str | None = "") -> list[Problem]:
+    """What keeps `job` from running on a cluster although its manifest is valid. `default_image`: the
+    operator's trainer image ("" when unknown, as in `kuberl validate`; None: the operator has none)."""
     spec = job.spec
     problems: list[Problem] = []
+    if spec.image is None and default_image is None:
+        problems.append(Problem(source, "spec.image", "no trainer image: set spec.image, or install the operator with "
+                                "the chart's trainerImage (where you pushed the image `make images` builds)"))
     for p in engine_paths(spec):
         if not p.path.startswith("/"):
             problems.append(Problem(source, p.field, f"{p.path!r} is not an absolute path: in a pod the engine opens paths inside "

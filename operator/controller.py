@@ -85,7 +85,7 @@ class Reconciler:
         try:
             job = parse_rljob(raw, f"{namespace}/{name}")
             # What the API server cannot check: every path the engine opens lies on a volume of its pods.
-            problems = cluster_problems(job, f"{namespace}/{name}")
+            problems = cluster_problems(job, f"{namespace}/{name}", self.settings.default_image)
             if problems:
                 raise ManifestError(problems)
         except ManifestError as exc:

@@ -16,7 +16,18 @@ from .api import RLJob
 from .api.initializer import InitializerSpec
 from .api.pods import CACHE_DIR, CONFIG_DIR
 from .children import CONFIG_FILE, INITIALIZER, LABEL_COMPONENT, LABEL_JOB, OperatorSettings, Owner, child_name
-from .pod_spec import CACHE_VOLUME, CONFIG_VOLUME, CONTAINER_SECURITY, POD_SECURITY, TMP_VOLUME, cache_claim, cache_volume, config_volume, hub_env
+from .pod_spec import (
+    CACHE_VOLUME,
+    CONFIG_VOLUME,
+    CONTAINER_SECURITY,
+    POD_SECURITY,
+    TMP_VOLUME,
+    cache_claim,
+    cache_volume,
+    config_volume,
+    hub_env,
+    trainer_image,
+)
 
 CONTAINER = "initializer"
 # Enough for a download client; a user may ask for more (spec.initializer.resources).
@@ -43,11 +54,14 @@ def initializer_job(job: RLJob, settings: OperatorSettings, owner: Owner) -> dic
     if token is not None:
         # By reference: the token's value never appears in the Job, the ConfigMap or the status.
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
-    env += [e.to_manifest() for e in init.env or []]
+    own = [e.to_manifest() for e in init.env or []]
+    if settings.hub_endpoint and not any(e["name"] == "HF_ENDPOINT" for e in own):
+        env.append({"name": "HF_ENDPOINT", "value": settings.hub_endpoint})
+    env += own
     resources = init.resources.to_manifest() if init.resources else DEFAULT_RESOURCES
     container = {
         "name": CONTAINER,
-        "image": spec.image or settings.default_image,
+        "image": trainer_image(job, settings),
         "imagePullPolicy": spec.image_pull_policy or settings.image_pull_policy,
         "command": ["kuberl", "initialize"],
         "env": env,

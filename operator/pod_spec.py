@@ -50,6 +50,13 @@ POD_SECURITY = {
 }
 
 
+def trainer_image(job: RLJob, settings: OperatorSettings) -> str:
+    """The job's image, or the operator's default (cluster_rules refuses a job that has neither)."""
+    image = job.spec.image or settings.default_image
+    assert image, "no trainer image: cluster_problems() refuses such a job before it is planned"
+    return image
+
+
 def cache_claim(job: RLJob) -> str | None:
     """The PersistentVolumeClaim of the job's cache: the user's, or the one the operator creates."""
     cache = job.spec.cache
@@ -124,7 +131,7 @@ def trainer_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setti
     volumes, mounts = _trainer_volumes(job, role, settings)
     container: dict[str, Any] = {
         "name": "trainer",
-        "image": spec.image or settings.default_image,
+        "image": trainer_image(job, settings),
         "imagePullPolicy": spec.image_pull_policy or settings.image_pull_policy,
         "command": ["kuberl", "worker"],
         "env": env,

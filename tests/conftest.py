@@ -33,7 +33,7 @@ def kube_binaries() -> Path:
     import subprocess
 
     script = REPO / "scripts" / "kube-binaries.sh"
-    result = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
         pytest.fail(
             f"the Kubernetes binaries are missing and could not be built ({script}):\n{result.stderr[-3000:]}",

@@ -9,13 +9,14 @@ import pytest
 
 from kuberl.operator.api import RLJob, RLJobStatus
 from kuberl.operator.manifest import load_rljobs, parse_rljob, read_documents
-from kuberl.operator.children import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE
+from kuberl.operator.children import LABEL_ATTEMPT, LABEL_JOB, LABEL_ROLE, OperatorSettings
 from kuberl.operator.planner import engine_config, plan
 from kuberl.engine.config import CheckpointStatus, ProgressReport
 from kuberl.operator.reconcile import Observed, decide
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 MANIFESTS = Path(__file__).parent / "manifests"
+SETTINGS = OperatorSettings(default_image="registry.example.com/kuberl-trainer:0.1.0")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
 
 
@@ -28,7 +29,7 @@ def example(name: str, namespace: str = "ns", **run_policy: object) -> RLJob:
 
 
 def test_ranks_are_laid_out_actor_first() -> None:
-    config = engine_config(example("ppo-cluster.yaml"))
+    config = engine_config(example("ppo-cluster/rljob.yaml"))
     roles = config.roles
     assert config.world_size == 24
     assert (roles["actor"].rank_offset, roles["actor"].ranks, roles["actor"].procs_per_pod) == (0, 16, 8)
@@ -38,7 +39,7 @@ def test_ranks_are_laid_out_actor_first() -> None:
 
 
 def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
-    desired = plan(example("ppo-cluster.yaml"), uid="u-1", attempt=2)
+    desired = plan(example("ppo-cluster/rljob.yaml"), uid="u-1", attempt=2, settings=SETTINGS)
     assert set(desired.jobs) == {"actor", "critic"}  # ref is colocated: no pods of its own
     actor = desired.jobs["actor"]
     assert actor["metadata"]["name"] == "ppo-qwen-math-actor"
@@ -73,7 +74,7 @@ def test_tracking_credentials_reach_only_the_actor_pods_and_only_by_reference() 
     doc["spec"]["roles"]["ref"] = {"replicas": 1}  # a second role with pods of its own
     doc["spec"]["monitoring"]["tracking"][1].update(trackingUri="http://mlflow:5000", tokenSecretRef={"name": "mlflow-token", "key": "token"})
     job = parse_rljob(doc, "t")
-    desired = plan(job, uid="u", attempt=0)
+    desired = plan(job, uid="u", attempt=0, settings=SETTINGS)
     actor_env = {e["name"]: e for e in desired.jobs["actor"]["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert actor_env["WANDB_API_KEY"] == {"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "api-key"}}}
     assert actor_env["MLFLOW_TRACKING_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "mlflow-token", "key": "token"}}
@@ -86,7 +87,7 @@ def test_tracking_credentials_reach_only_the_actor_pods_and_only_by_reference() 
 
 
 def test_trainer_may_only_write_its_progress_configmap() -> None:
-    desired = plan(example("grpo-smollm2-arith.yaml"), uid="u", attempt=0)
+    desired = plan(example("grpo-smollm2-arith.yaml"), uid="u", attempt=0, settings=SETTINGS)
     role = next(o for o in desired.support if o["kind"] == "Role")
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
                               "resourceNames": ["grpo-smollm2-arith-progress"], "verbs": ["get", "update", "patch"]}]
@@ -94,7 +95,7 @@ def test_trainer_may_only_write_its_progress_configmap() -> None:
 
 
 def test_no_secret_value_in_any_planned_object() -> None:
-    desired = plan(example("ppo-cluster.yaml"), uid="u", attempt=0)
+    desired = plan(example("ppo-cluster/rljob.yaml"), uid="u", attempt=0, settings=SETTINGS)
     text = str(desired)
     assert "hf-token" in text and "secretKeyRef" in text  # referenced ...
     assert "stringData" not in text and "kind': 'Secret'" not in text  # ... never copied
@@ -104,15 +105,15 @@ def test_kueue_jobs_start_suspended_with_their_queue_label() -> None:
     job = example("grpo-smollm2-arith.yaml")
     job.spec.run_policy.scheduling.gang_scheduler = "kueue"
     job.spec.run_policy.scheduling.queue_name = "team-a"
-    actor = plan(job, uid="u", attempt=0).jobs["actor"]
+    actor = plan(job, uid="u", attempt=0, settings=SETTINGS).jobs["actor"]
     assert actor["spec"]["suspend"] is True
     assert actor["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
 
 
 def test_volcano_gets_a_podgroup_for_every_pod() -> None:
-    job = example("ppo-cluster.yaml")
+    job = example("ppo-cluster/rljob.yaml")
     job.spec.run_policy.scheduling.gang_scheduler = "volcano"
-    desired = plan(job, uid="u", attempt=0)
+    desired = plan(job, uid="u", attempt=0, settings=SETTINGS)
     group = next(o for o in desired.support if o["kind"] == "PodGroup")
     assert group["spec"]["minMember"] == 3  # 2 actor pods + 1 critic pod
     template = desired.jobs["critic"]["spec"]["template"]

@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,8 @@ from .control_plane import ControlPlane, ControlPlaneError, User, _ready_nodes, 
 from .node_network import NETNS_PREFIX, NODE_IP, POD_CIDR, NodeNetwork
 
 NODE_NAME = "kuberl-node"
+OPERATOR_NAMESPACE = "kuberl-system"
+"""Where the node tests install the chart."""
 CLUSTER_DOMAIN = "cluster.local"
 NODE_LABEL = "kuberl.dev/real-node"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
@@ -304,17 +305,27 @@ def _start_coredns(node: Node) -> None:
     _spawn(node, "coredns", ["-conf", str(corefile)])
 
 
-def _coredns_answers(node: Node) -> bool:
+def _coredns_answers(node: Node, timeout: float = 1.0) -> bool:
+    """Whether CoreDNS answers an A query for the kubernetes Service.
+
+    Asked from this process, across the veth (the host reaches NODE_IP), with a socket timeout: no
+    child process. The probe used to start a Python inside the node namespace with no timeout of its
+    own, and one such start hung a fresh machine's run until pytest-timeout ended it after 600 s;
+    a probe now costs at most `timeout` and `_wait` retries it until its deadline."""
+    import socket
     import struct
 
-    # One A query for the kubernetes Service, sent from inside the node namespace.
     query = struct.pack(">HHHHHH", 0x4B52, 0x0100, 1, 0, 0, 0)
     query += b"".join(bytes([len(p)]) + p.encode() for p in f"kubernetes.default.svc.{CLUSTER_DOMAIN}".split(".")) + b"\0"
     query += struct.pack(">HH", 1, 1)
-    script = ("import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(1);"
-              f"s.sendto(bytes.fromhex('{query.hex()}'),('{NODE_IP}',53));d=s.recv(512);"
-              "sys.exit(0 if d[3]&15==0 and int.from_bytes(d[6:8],'big')>0 else 1)")
-    return subprocess.run(node.network.inside([sys.executable, "-c", script]), capture_output=True).returncode == 0
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.sendto(query, (NODE_IP, 53))
+            answer = s.recv(512)
+        except OSError:  # timeout, unreachable, refused: not yet
+            return False
+    return len(answer) >= 8 and answer[3] & 15 == 0 and int.from_bytes(answer[6:8], "big") > 0
 
 
 # --- clean-up -------------------------------------------------------------------------------------
@@ -324,7 +335,7 @@ def remove_stale_nodes(tmp_root: Path) -> None:
     """What a node of an earlier run left when its test process was killed outright: the processes in
     its namespace and its pods, the namespace itself, and mounts under `tmp_root` (where the test
     runs keep their workdirs)."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout.split("\n")
     for netns in (line.split()[0] for line in listed if line.startswith(NETNS_PREFIX)):
         stale = NodeNetwork.named(netns.removeprefix(NETNS_PREFIX))
         _kill_containers(stale, keep=None)
@@ -336,7 +347,7 @@ def _kill_containers(network: NodeNetwork, keep: subprocess.Popen | None) -> Non
     """Every process the node started outlives its daemons (shims, containers): kill them all, but
     `keep` (containerd, still needed to remove what it ran)."""
     victims: set[int] = set()
-    listed = subprocess.run(["ip", "netns", "pids", network.netns], capture_output=True, text=True)
+    listed = subprocess.run(["ip", "netns", "pids", network.netns], capture_output=True, text=True, timeout=30)
     victims |= {int(p) for p in listed.stdout.split()}
     if keep is not None:
         # nsenter execs containerd: the Popen's pid is containerd's own.
@@ -367,4 +378,4 @@ def _unmount_under(workdir: Path) -> None:
     with open("/proc/self/mounts") as mounts:
         points = [line.split()[1].replace("\\040", " ") for line in mounts]
     for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True)
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)

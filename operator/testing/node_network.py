@@ -15,6 +15,8 @@ HOST_IP, NODE_IP = "10.250.0.1", "10.250.0.2"
 VETH_PREFIX = 24
 POD_CIDR = "10.244.0.0/24"
 NETNS_PREFIX = "kuberl-"
+COMMAND_TIMEOUT = 30
+"""Seconds for one `ip` or `sysctl` command: they take milliseconds; a hung one fails the set-up instead of the run."""
 
 
 class NodeNetworkError(RuntimeError):
@@ -57,7 +59,7 @@ class NodeNetwork:
             ["ip", "route", "add", POD_CIDR, "via", NODE_IP, "dev", net.host_if],
         ]
         for cmd in steps:
-            result = subprocess.run(cmd, capture_output=True, text=True)
+            result = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT)
             if result.returncode != 0:
                 net.destroy()
                 raise NodeNetworkError(f"node network: `{' '.join(cmd)}` failed: {result.stderr.strip()}")
@@ -68,5 +70,5 @@ class NodeNetwork:
         return ["nsenter", f"--net=/run/netns/{self.netns}", "--", *argv]
 
     def destroy(self) -> None:
-        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, timeout=COMMAND_TIMEOUT)
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, timeout=COMMAND_TIMEOUT)

@@ -13,6 +13,9 @@ from ..ports import free_port
 from .waiting import eventually
 
 
+TEST_TRAINER_IMAGE = "registry.invalid/kuberl-trainer:test"
+
+
 class OperatorProcess:
     """`kuberl operator` as a subprocess, authenticated by the kubeconfig it is given (a ServiceAccount token in the tests)."""
 
@@ -25,7 +28,9 @@ class OperatorProcess:
         kuberl = Path(sys.executable).parent / "kuberl"
         self.proc = subprocess.Popen(
             [str(kuberl), "operator", "--kubeconfig", str(self.kubeconfig),
-             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)],
+             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+             # kwok runs no container: any name does, as the chart's trainerImage does on a real cluster.
+             "--default-image", TEST_TRAINER_IMAGE],
             stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         eventually(self.healthy, 30, "the operator's health endpoint")

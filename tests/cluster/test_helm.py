@@ -18,7 +18,10 @@ from kuberl.operator.testing.waiting import eventually
 REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
 KUBE_VERSION = "1.37.2"
-EVERY_OPTION = ["--set", "serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRule.enabled=true,"
+# The two values without a default: where the user pushed the images (no public registry hosts them).
+IMAGES = ["--set", "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu"]
+EVERY_OPTION = ["--set", "hubEndpoint=http://hub-mirror.infra.svc:8080,"
+                "serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRule.enabled=true,"
                 "grafanaDashboard.enabled=true,watchNamespaces[0]=team-a,watchNamespaces[1]=team-b,"
                 "imagePullSecrets[0].name=regcred,nodeSelector.pool=system,priorityClassName=system-cluster-critical"]
 
@@ -34,15 +37,25 @@ def helm(kube_binaries_dir: Path):
 
 
 def render(helm, *args: str) -> list[dict]:
-    out = helm("template", "kuberl", str(CHART), "--namespace", "kuberl-chart", "--kube-version", KUBE_VERSION, *args).stdout
+    out = helm("template", "kuberl", str(CHART), "--namespace", "kuberl-chart", "--kube-version", KUBE_VERSION, *IMAGES, *args).stdout
     return [d for d in yaml.safe_load_all(out) if d]
 
 
 @pytest.mark.parametrize("options", [[], EVERY_OPTION], ids=["defaults", "every-option"])
 def test_helm_lint_is_clean(helm, options: list[str]) -> None:
-    result = helm("lint", str(CHART), "--kube-version", KUBE_VERSION, *options)
+    result = helm("lint", str(CHART), "--kube-version", KUBE_VERSION, *IMAGES, *options)
     assert "0 chart(s) failed" in result.stdout
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
+
+
+def test_the_chart_asks_for_the_images_the_user_pushed(helm) -> None:
+    result = helm("template", "kuberl", str(CHART), "--kube-version", KUBE_VERSION, check=False)
+    assert result.returncode != 0
+    assert "image.repository: where you pushed the operator image (make images, then make push REGISTRY=...)" in result.stderr
+    [deployment] = [d for d in render(helm, *EVERY_OPTION) if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--default-image=registry.example.com/team/kuberl-trainer:0.1.0-cpu" in args
+    assert "--hub-endpoint=http://hub-mirror.infra.svc:8080" in args
 
 
 def test_chart_ships_the_generated_crd() -> None:
@@ -101,7 +114,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run_with_stand_in_monito
 
 def test_helm_install_runs_the_operator_with_the_charts_rbac(control_plane, rljob_crd, tmp_path: Path) -> None:
     plane = control_plane
-    plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-chart", "--create-namespace",
+    plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-chart", "--create-namespace", *IMAGES,
                "--set", "nodeSelector.kuberl\\.dev/pool=cpu", "--wait", "--timeout", "120s")
     apps, core = client.AppsV1Api(plane.api_client()), client.CoreV1Api(plane.api_client())
     deployment = apps.read_namespaced_deployment("kuberl", "kuberl-chart")
@@ -117,10 +130,12 @@ def test_helm_install_runs_the_operator_with_the_charts_rbac(control_plane, rljo
     try:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="chart-jobs")))
         job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "after-install"},
-               "spec": {"model": {"path": "/models/m"}, "data": {"train": {"path": "/data/train.jsonl"}},
+               "spec": {"model": {"path": "/data/models/m"}, "data": {"train": {"path": "/data/train.jsonl"}},
+                        "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data"}}],
                         "algorithm": {"name": "grpo"}, "rollout": {"samplesPerPrompt": 4},
                         "reward": {"rules": [{"name": "math_answer"}]},
-                        "roles": {"actor": {"replicas": 1, "nodeSelector": {"kuberl.dev/pool": "cpu"}}},
+                        "roles": {"actor": {"replicas": 1, "nodeSelector": {"kuberl.dev/pool": "cpu"},
+                                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
                         "trainer": {"totalSteps": 10, "promptsPerStep": 4}}}
         custom = client.CustomObjectsApi(plane.api_client())
         custom.create_namespaced_custom_object(GROUP, VERSION, "chart-jobs", PLURAL, job)
@@ -135,3 +150,37 @@ def test_helm_install_runs_the_operator_with_the_charts_rbac(control_plane, rljo
         plane.helm("uninstall", "kuberl", "--namespace", "kuberl-chart", check=False)
     log = operator.log.read_text()
     assert "forbidden" not in log.lower() and "Traceback" not in log, log[-4000:]
+
+
+def test_the_packaged_chart_of_make_dist_installs_and_uninstalls(control_plane, rljob_crd, tmp_path: Path) -> None:
+    # The chart as released: the .tgz that scripts/dist.sh makes (here without the Python package and
+    # the images), installed beside the test above under a release and namespace of its own.
+    import os
+    import tarfile
+
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    made = subprocess.run(["bash", str(REPO / "scripts" / "dist.sh"), str(tmp_path / "dist")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "DIST_IMAGES": "0", "DIST_PYTHON": "0"})
+    assert made.returncode == 0, made.stderr
+    package = tmp_path / "dist" / f"kuberl-{version}.tgz"
+    with tarfile.open(package) as tgz:  # the CRD it would install is the generated one
+        assert tgz.extractfile("kuberl/crds/kuberl.dev_rljobs.yaml").read().decode() == (REPO / "crds" / "kuberl.dev_rljobs.yaml").read_text()
+    plane = control_plane
+    try:
+        plane.helm("install", "kuberl-dist", str(package), "--namespace", "kuberl-dist", "--create-namespace", *IMAGES,
+                   "--set", "nodeSelector.kuberl\\.dev/pool=cpu", "--wait", "--timeout", "120s")
+        [release] = json.loads(plane.helm("list", "--namespace", "kuberl-dist", "--output", "json").stdout)
+        assert (release["name"], release["status"], release["chart"], release["app_version"]) == \
+            ("kuberl-dist", "deployed", f"kuberl-{version}", version), release
+        deployment = client.AppsV1Api(plane.api_client()).read_namespaced_deployment("kuberl-dist", "kuberl-dist")
+        assert deployment.status.ready_replicas == 1  # kwok ran the operator's pod
+        assert deployment.spec.template.spec.containers[0].image.endswith(f":{version}")  # the tag defaults to appVersion
+        crd = json.loads(plane.kubectl("get", "crd", f"{PLURAL}.{GROUP}", "--output", "json").stdout)
+        assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"])
+        assert VERSION in [v["name"] for v in crd["spec"]["versions"] if v["served"]]
+    finally:
+        plane.helm("uninstall", "kuberl-dist", "--namespace", "kuberl-dist", "--wait", "--timeout", "120s", check=False)
+        plane.kubectl("delete", "namespace", "kuberl-dist", "--wait=false", check=False)
+    assert json.loads(plane.helm("list", "--namespace", "kuberl-dist", "--output", "json").stdout) == []
+    # Helm never deletes the CRDs of a chart's crds/ folder: the users' RLJobs outlive the operator.
+    assert plane.kubectl("get", "crd", f"{PLURAL}.{GROUP}", check=False).returncode == 0

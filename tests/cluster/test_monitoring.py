@@ -26,7 +26,7 @@ METRIC = re.compile(r"\b(kuberl_[a-z_]+)\b")
 
 @pytest.fixture(scope="module")
 def prometheus_bin() -> Path:
-    result = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True)
+    result = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         pytest.fail(f"Debian's prometheus package could not be fetched: {result.stderr}", pytrace=False)
     return Path(result.stdout.strip().splitlines()[-1])
@@ -51,7 +51,7 @@ def exported_names() -> set[str]:
 
 def alert_rules(kube_binaries_dir: Path) -> dict:
     out = subprocess.run([str(kube_binaries_dir / "helm"), "template", "k", str(CHART), "--kube-version", "1.37.2",
-                          "--set", "prometheusRule.enabled=true"], capture_output=True, text=True, check=True).stdout
+                          "--set", "prometheusRule.enabled=true,image.repository=unused,trainerImage=unused"], capture_output=True, text=True, check=True, timeout=60).stdout
     [rule] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "PrometheusRule"]
     return rule["spec"]
 
@@ -70,7 +70,7 @@ def test_every_metric_the_dashboard_and_alerts_name_is_exported(kube_binaries_di
 def test_promtool_checks_the_alert_rules(prometheus_bin: Path, kube_binaries_dir: Path, tmp_path: Path) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(alert_rules(kube_binaries_dir)))
-    result = subprocess.run([str(prometheus_bin / "promtool"), "check", "rules", str(rules)], capture_output=True, text=True)
+    result = subprocess.run([str(prometheus_bin / "promtool"), "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4 rules found" in result.stdout
 
@@ -120,7 +120,7 @@ def test_prometheus_scrapes_a_run_and_the_operator(prometheus_bin: Path, control
         eventually(stepping, 300, "the run's metrics endpoint with a finished step")
         for port in (run_port, operator.metrics_port):
             check = subprocess.run([str(prometheus_bin / "promtool"), "check", "metrics"], input=scrape(port),
-                                   capture_output=True, text=True)
+                                   capture_output=True, text=True, timeout=60)
             assert check.returncode == 0, f"port {port}: {check.stdout}{check.stderr}"
 
         config = tmp_path / "prometheus.yml"

@@ -17,7 +17,7 @@ from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.manifest import read_documents
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.waiting import eventually as _eventually
-from kuberl.operator.testing.operator_process import OperatorProcess
+from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE, OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -165,9 +165,9 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     plane = control_plane
     ns = new_namespace(plane, "rl")
     core = client.CoreV1Api(plane.api_client())
-    for claim in ("gsm8k", "hub-cache", "ppo-qwen-math-ckpt"):  # examples/ppo-cluster-storage.yaml's claims
+    for claim in ("gsm8k", "hub-cache", "ppo-qwen-math-ckpt"):  # examples/ppo-cluster/storage.yaml's claims
         bind_claim(plane, ns, claim)
-    doc = read_documents((REPO / "examples" / "ppo-cluster.yaml").read_text(), "ppo")[0].content
+    doc = read_documents((REPO / "examples" / "ppo-cluster" / "rljob.yaml").read_text(), "ppo")[0].content
     doc["metadata"]["namespace"] = ns
     create(plane, ns, doc)
     name = doc["metadata"]["name"]
@@ -360,7 +360,7 @@ def test_an_object_gone_while_applying_is_a_race_not_a_failure(control_plane, op
     raw["metadata"]["namespace"] = f"gone-{uuid.uuid4().hex[:6]}"  # as read just before its namespace went away
     job = parse_rljob(raw, "vanishing")
     decision = decide(job, Observed(), datetime.now(timezone.utc))
-    reconciler = Reconciler(plane.api_client(), OperatorSettings(), OperatorMetrics())
+    reconciler = Reconciler(plane.api_client(), OperatorSettings(default_image=TEST_TRAINER_IMAGE), OperatorMetrics())
     with pytest.raises(ApiException) as gone:
         reconciler._apply(raw, job, decision)
     assert gone.value.status == 404

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 
 def _script(name: str) -> str:
-    result = subprocess.run(["bash", str(REPO / "scripts" / name)], capture_output=True, text=True)
+    # Bounded: a cold build of the images and binaries takes about 20 minutes on 2 cores.
+    result = subprocess.run(["bash", str(REPO / "scripts" / name)], capture_output=True, text=True, timeout=3600)
     if result.returncode != 0:
         pytest.fail(f"scripts/{name} failed:\n{result.stderr[-4000:]}", pytrace=False)
     return result.stdout
@@ -62,3 +63,41 @@ def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, 
     yield node
     node.stop()
     plane.stop()
+
+
+CHART = REPO / "helm" / "kuberl"
+HUB_TOKEN = "hf_kuberl_tests_token"  # what the hub stand-in accepts; the tests' hf-token Secrets hold it
+
+
+@pytest.fixture(scope="session")
+def hub_token() -> str:
+    return HUB_TOKEN
+
+
+@pytest.fixture(scope="session")
+def hub(real_node):
+    """A stand-in for the Hugging Face hub (the real one cannot be reached from here), speaking its HTTP
+    protocol to the real huggingface_hub client, on the host's end of the node's veth: the pods reach it."""
+    from kuberl.operator.testing.hub_server import HubServer
+    from kuberl.operator.testing.node_network import HOST_IP
+
+    server = HubServer(host=HOST_IP, token=HUB_TOKEN).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def operator_release(real_node, built_images, hub):
+    """The chart, installed with the operator image built here; the operator runs in its own pod, and
+    its initializers download from the hub stand-in (the chart's hubEndpoint)."""
+    from kuberl.operator.testing.node import OPERATOR_NAMESPACE
+
+    plane = real_node.plane
+    repository, tag = built_images["OPERATOR_IMAGE"].rsplit(":", 1)
+    plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+               "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+               "--set", f"trainerImage={built_images['TRAINER_IMAGE']}", "--set", f"hubEndpoint={hub.url}",
+               "--wait", "--timeout", "180s")
+    yield
+    plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
+

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from kuberl.operator.testing.node import OPERATOR_NAMESPACE
 from kuberl.operator.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
-OPERATOR_NAMESPACE = "kuberl-system"
 TRAINER_UID = 10001
 # Steps enough that the faults, one after another on one job, all land before it ends: on a fast
 # machine a step of the tiny model takes about 2 s and a fault with its gang restart 20 s.
@@ -34,18 +34,6 @@ DATA = "/data"  # where the job's volume is mounted in the trainer pods
 
 def kubectl_json(node, *args: str) -> dict:
     return json.loads(node.plane.kubectl(*args, "-o", "json").stdout)
-
-
-@pytest.fixture(scope="module")
-def operator_release(real_node, built_images):
-    """The chart, installed with the operator image built here; the operator runs in its own pod."""
-    plane = real_node.plane
-    repository, tag = built_images["OPERATOR_IMAGE"].rsplit(":", 1)
-    plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-               "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-               "--set", f"trainerImage={built_images['TRAINER_IMAGE']}", "--wait", "--timeout", "180s")
-    yield
-    plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
 
 
 def operator_pod(node) -> dict:
@@ -184,10 +172,10 @@ class TrainerPrometheus:
 
         from kuberl.operator.ports import free_port
 
-        prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True)
+        prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=600)
         assert prom.returncode == 0, prom.stderr
         rendered = node.plane.helm("template", "kuberl", str(CHART), "--kube-version", "1.37.2",
-                                   "--set", "podMonitor.enabled=true").stdout
+                                   "--set", "podMonitor.enabled=true,image.repository=unused,trainerImage=unused").stdout
         [monitor] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PodMonitor"]
         self.node, self.workdir = node, workdir
         self.selector = ",".join(f"{k}={v}" for k, v in monitor["spec"]["selector"]["matchLabels"].items())
