@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries node-deps node-binaries images prometheus test crd lock main-job bench-setup dist
+.PHONY: setup kube-binaries scheduling-binaries node-deps node-binaries images push prometheus test crd lock main-job bench-setup dist docs
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
@@ -11,7 +11,10 @@ setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to 
 kube-binaries: node-deps  ## build (once) and cache the Kubernetes binaries of the cluster and real-node tests
 	bash scripts/kube-binaries.sh >/dev/null
 
-node-deps:  ## Debian's packages of the real-node tests (CNI plugins, iptables, buildah, mmdebstrap, compilers); needs root
+scheduling-binaries:  ## build (once) and cache Kueue and JobSet (their managers, CRDs and webhooks) for the cluster tests
+	bash scripts/scheduling-binaries.sh >/dev/null
+
+node-deps:  ## Debian's packages of the real-node and docs tests (CNI plugins, iptables, buildah, mmdebstrap, compilers, chromium); needs root
 	bash scripts/node-deps.sh
 
 node-binaries: node-deps  ## build (once) and cache containerd, runc and CoreDNS for the real-node tests
@@ -20,22 +23,29 @@ node-binaries: node-deps  ## build (once) and cache containerd, runc and CoreDNS
 images: node-deps kube-binaries  ## build the operator and CPU trainer images with buildah (cached by a hash of their inputs)
 	bash scripts/images.sh
 
+push: images  ## push the two images to $(REGISTRY) as kuberl-operator:VERSION and kuberl-trainer:VERSION-cpu
+	@test -n "$(REGISTRY)" || { echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/my-team" >&2; exit 2; }
+	bash scripts/push-images.sh $(REGISTRY)
+
 prometheus:  ## Debian's prometheus and promtool, unpacked once into ~/.cache/kuberl (the monitoring tests use them)
 	@# Not fatal here: without it the monitoring tests fail with the reason, and every other test still runs.
 	-bash scripts/prometheus.sh >/dev/null
 
-test: setup node-deps kube-binaries node-binaries prometheus  ## run the test suite (the real-node tests build the images on first use)
+test: setup node-deps kube-binaries scheduling-binaries node-binaries prometheus  ## run the test suite (the real-node tests build the images on first use)
 	$(VENV)/bin/pytest
 
 crd: setup  ## regenerate crds/ from the API models
 	$(VENV)/bin/kuberl crd > crds/kuberl.dev_rljobs.yaml
 	cp crds/kuberl.dev_rljobs.yaml helm/kuberl/crds/kuberl.dev_rljobs.yaml
 
+docs: setup  ## regenerate the docs' generated pages and build the site into site/ (mkdocs build --strict)
+	bash scripts/docs.sh site
+
 lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.toml's dependencies
-	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test --extra tracking \
+	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test --extra tracking --extra docs \
 		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock
 
-main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (3 to 6 minutes on 2 cores)
+main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 2.5 minutes on 2 cores)
 	$(VENV)/bin/kuberl run examples/grpo-smollm2-arith.yaml
 
 bench-setup: setup  ## what bench/grpo needs besides .venv: TRL (its baseline), within the lock's versions

@@ -9,14 +9,19 @@ from .api import API_VERSION, KIND
 
 LABEL_JOB = "kuberl.dev/job"
 LABEL_ROLE = "kuberl.dev/role"
-LABEL_ATTEMPT = "kuberl.dev/attempt"
 LABEL_COMPONENT = "kuberl.dev/component"
 """On the initializer's Job and pod ("initializer"), which belong to no role and no attempt."""
 INITIALIZER = "initializer"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "kuberl-operator"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOBSET_RESTART_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+"""JobSet's label on each Job and pod: the gang restart it belongs to (0 before any)."""
+RESTARTS_BEFORE = "kuberl.dev/restarts-before"
+PREEMPTIONS_BEFORE = "kuberl.dev/preemptions-before"
+"""Annotations of a JobSet: the RLJob's restarts and preemptions before it was made (a suspended job's is
+deleted and made again on resume), so that its status counts from there."""
 CONFIG_FILE = "engine-config.json"
 TRAINER_UID = 10001
 

@@ -92,16 +92,20 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
-    from .main import OperatorOptions, run  # kopf and the client load only for this command
+    from .main import MissingPrerequisite, OperatorOptions, run  # kopf and the client load only for this command
 
-    run(OperatorOptions(
-        kubeconfig=args.kubeconfig,
-        namespaces=tuple(args.namespace),
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-        workers=args.workers,
-        settings=OperatorSettings(default_image=args.default_image, hub_endpoint=args.hub_endpoint),
-    ))
+    try:
+        run(OperatorOptions(
+            kubeconfig=args.kubeconfig,
+            namespaces=tuple(args.namespace),
+            metrics_port=args.metrics_port,
+            health_port=args.health_port,
+            workers=args.workers,
+            settings=OperatorSettings(default_image=args.default_image, hub_endpoint=args.hub_endpoint),
+        ))
+    except MissingPrerequisite as exc:
+        print(f"kuberl operator: {exc}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -24,11 +24,19 @@ from kuberl.engine.config import PROGRESS_KEY
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
 from .cluster_rules import cluster_problems
 from .manifest import ManifestError, parse_rljob
-from .children import LABEL_JOB, MANAGER, OperatorSettings, child_name
+from .children import LABEL_COMPONENT, LABEL_JOB, MANAGER, OperatorSettings, child_name
+from .jobset import API_VERSION as JOBSET_API_VERSION
 from .planner import plan
 from .reconcile import TERMINAL, Decision, Observed, decide
 
 log = logging.getLogger("kuberl.operator")
+
+JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# What Decision.delete names ("kind/name").
+CHILD_KINDS = {"jobset": "JobSet", "job": "Job"}
+CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1"}
 
 # How soon to look at a job again after something it was writing went away under it.
 GONE_RETRY_SECONDS = 0.5
@@ -102,7 +110,8 @@ class Reconciler:
 
     def _observe(self, namespace: str, name: str) -> Observed:
         selector = f"{LABEL_JOB}={name}"
-        jobs = self.batch.list_namespaced_job(namespace, label_selector=selector, _preload_content=False)
+        jobsets = self.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, "jobsets", label_selector=selector)
+        jobs = self.batch.list_namespaced_job(namespace, label_selector=f"{selector},{LABEL_COMPONENT}", _preload_content=False)
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
         progress = None
         try:
@@ -111,7 +120,20 @@ class Reconciler:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        return Observed(jobs=json.loads(jobs.data)["items"], pods=json.loads(pods.data)["items"], progress=progress)
+        workloads = [w for js in jobsets["items"] for w in self._workloads(namespace, js["metadata"]["uid"])]
+        return Observed(jobsets=jobsets["items"], jobs=json.loads(jobs.data)["items"], pods=json.loads(pods.data)["items"],
+                        workloads=workloads, progress=progress)
+
+    def _workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
+        """Kueue's Workloads of a JobSet; none where Kueue is not installed."""
+        try:
+            found = self.custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads",
+                                                              label_selector=f"{KUEUE_JOB_UID_LABEL}={jobset_uid}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return found["items"]
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -133,8 +155,8 @@ class Reconciler:
 
     def _apply(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> None:
         namespace, name, uid = raw["metadata"]["namespace"], raw["metadata"]["name"], raw["metadata"]["uid"]
-        desired = plan(job, uid=uid, attempt=decision.status.restarts, settings=self.settings,
-                       initialized=decision.status.initialization)
+        desired = plan(job, uid=uid, settings=self.settings, initialized=decision.status.initialization,
+                       restarts_before=decision.status.restarts, preemptions_before=decision.status.preemptions)
         if decision.status.phase not in TERMINAL:
             for obj in desired.support:
                 self._server_side_apply(obj)
@@ -144,13 +166,12 @@ class Reconciler:
             self._write_status(raw, decision)
         if decision.status.restarts > old_restarts:
             self.metrics.restarts.inc()
-        for job_name in decision.delete_jobs:
-            self._delete_job(namespace, job_name)
+        for child in decision.delete:
+            self._delete(namespace, child)
         if decision.create_initializer and desired.initializer is not None:
-            self._create_job(namespace, desired.initializer)
-        if decision.create_jobs:
-            for manifest in desired.jobs.values():
-                self._create_job(namespace, manifest)
+            self._create(desired.initializer)
+        if decision.create_jobset:
+            self._create(desired.jobset)
         for kind, reason, message in decision.events:
             self._event(raw, kind, reason, message)
         if decision.delete_rljob:
@@ -174,18 +195,21 @@ class Reconciler:
         self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], decision.status.phase, decision.message)
 
-    def _create_job(self, namespace: str, manifest: dict[str, Any]) -> None:
-        # Created, never re-applied: a Job's template is immutable, and Kueue owns spec.suspend.
+    def _create(self, manifest: dict[str, Any]) -> None:
+        # Created, never re-applied: a JobSet's and a Job's templates are immutable, and Kueue owns spec.suspend.
+        resource = self.dynamic.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
         try:
-            self.batch.create_namespaced_job(namespace, manifest)
+            resource.create(body=manifest, namespace=manifest["metadata"]["namespace"])
         except ApiException as exc:
             if exc.status != 409:
                 raise
 
-    def _delete_job(self, namespace: str, name: str) -> None:
+    def _delete(self, namespace: str, child: str) -> None:
+        kind, name = child.split("/", 1)
+        resource = self.dynamic.resources.get(api_version=CHILD_API_VERSIONS[kind], kind=CHILD_KINDS[kind])
         try:
-            # Foreground: the Job stays until its pods are gone, so a new attempt never overlaps.
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Foreground")
+            # Foreground: the object stays until its pods are gone, so a new one never overlaps them.
+            resource.delete(name=name, namespace=namespace, body={"propagationPolicy": "Foreground"})
         except ApiException as exc:
             if exc.status != 404:
                 raise

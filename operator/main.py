@@ -9,11 +9,13 @@ from typing import Any
 
 import kopf
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 from prometheus_client import start_http_server
 
 from .api import GROUP, PLURAL, VERSION
 from .controller import OperatorMetrics, Reconciler, WorkQueue, run_workers
 from .children import LABEL_JOB, OperatorSettings
+from .jobset import CRD as JOBSET_CRD
 
 log = logging.getLogger("kuberl.operator")
 
@@ -89,10 +91,30 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
     def child_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
         queue.add((namespace, labels[LABEL_JOB]))
 
-    for resource in (("batch", "v1", "jobs"), ("v1", "pods"), ("v1", "configmaps")):
+    for resource in (("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("batch", "v1", "jobs"), ("v1", "pods"), ("v1", "configmaps")):
         kopf.on.event(*resource, labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(child_changed)
 
     return registry
+
+
+class MissingPrerequisite(RuntimeError):
+    """The cluster lacks something the operator cannot work without; the message says how to add it."""
+
+
+JOBSET_INSTALL = ("kubectl apply --server-side -f "
+                  "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml")
+
+
+def check_prerequisites(configuration: client.Configuration) -> None:
+    """JobSet runs every RLJob's pods: without its CRD, no job could start. Say so once, at start."""
+    api = client.ApiextensionsV1Api(client.ApiClient(configuration))
+    try:
+        api.read_custom_resource_definition(JOBSET_CRD)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise MissingPrerequisite(f"JobSet is not installed in this cluster (no CRD {JOBSET_CRD}): kuberl runs each RLJob "
+                                      f"as a JobSet. Install JobSet v0.12 or later first: {JOBSET_INSTALL}") from None
+        raise
 
 
 def run(options: OperatorOptions) -> None:
@@ -101,6 +123,7 @@ def run(options: OperatorOptions) -> None:
     # kopf logs every handler call at INFO; ours only enqueue, so only their failures are news.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     configuration = load_client_configuration(options.kubeconfig)
+    check_prerequisites(configuration)
     metrics = OperatorMetrics()
     start_http_server(options.metrics_port, registry=metrics.registry)
     reconciler = Reconciler(client.ApiClient(configuration), options.settings, metrics)

@@ -9,10 +9,10 @@ For a job named J in namespace N the operator keeps:
   progress there and the operator copies it into the RLJob's status. No pod can touch the RLJob.
 - PersistentVolumeClaim J-cache when spec.cache asks for a size, and Job J-initializer when the job
   names a hub repository: it fills the cache once, before the first trainer pod (initializer_job.py).
-- one indexed Job J-ROLE per role with pods of its own (parallelism = completions = replicas,
-  backoffLimit 0: the operator restarts the whole gang, never Kubernetes a single pod; pod_spec.py).
-Every object carries the labels kuberl.dev/job and (for workloads) kuberl.dev/role and
-kuberl.dev/attempt, and an owner reference to the RLJob.
+- JobSet J: one replicated job per role with pods of its own, each an indexed Job (jobset.py,
+  pod_spec.py); Kueue admits it whole when the job names a LocalQueue.
+Every object carries the label kuberl.dev/job (pods also kuberl.dev/role) and an owner reference to
+the RLJob.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from kuberl.engine.config import EngineConfig, ParallelLayout, RoleTopology
 from .api import MASTER_PORT, InitializationStatus, RLJob
 from .children import CONFIG_FILE, LABEL_JOB, OperatorSettings, Owner, child_name
 from .initializer_job import initializer_job, needs_initializer
-from .pod_spec import trainer_job
+from .jobset import jobset
 
 @dataclass(frozen=True)
 class Plan:
     """The desired children of one RLJob."""
 
     support: list[dict[str, Any]]
-    """Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim and a Volcano PodGroup if asked for."""
-    jobs: dict[str, dict[str, Any]]
-    """The indexed Job of each role that has pods of its own, by role name."""
+    """Service, ConfigMaps, ServiceAccount, Role, RoleBinding, and the cache's claim if the job asks for one."""
+    jobset: dict[str, Any]
+    """Every pod of every role: one replicated job per role with pods of its own."""
     initializer: dict[str, Any] | None = None
     """The Job that fills the cache, for a job that names a hub repository."""
 
@@ -92,10 +92,10 @@ def engine_config(job: RLJob, initialized: InitializationStatus | None = None) -
     )
 
 
-def plan(job: RLJob, uid: str, attempt: int, settings: OperatorSettings = OperatorSettings(),
-         initialized: InitializationStatus | None = None) -> Plan:
-    """The children of `job` (whose API object has `uid`) for restart attempt `attempt`; `initialized` is
-    what the initializer reported, once it has."""
+def plan(job: RLJob, uid: str, settings: OperatorSettings = OperatorSettings(),
+         initialized: InitializationStatus | None = None, restarts_before: int = 0, preemptions_before: int = 0) -> Plan:
+    """The children of `job` (whose API object has `uid`); `initialized` is what the initializer reported, once
+    it has; the two counts are the RLJob's when its JobSet is made (see jobset.jobset)."""
     name = job.metadata.name
     namespace = job.metadata.namespace
     assert name and namespace, "plan() needs the stored object's name and namespace"
@@ -144,16 +144,6 @@ def plan(job: RLJob, uid: str, attempt: int, settings: OperatorSettings = Operat
             "subjects": [{"kind": "ServiceAccount", "name": trainer, "namespace": namespace}],
         },
     ]
-    scheduling = job.spec.run_policy.scheduling
-    total_pods = sum(job.spec.roles.pods().values())
-    if scheduling.gang_scheduler == "volcano":
-        group: dict[str, Any] = {"minMember": total_pods}
-        if scheduling.queue_name:
-            group["queue"] = scheduling.queue_name
-        if scheduling.priority_class_name:
-            group["priorityClassName"] = scheduling.priority_class_name
-        support.append({"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": meta(name), "spec": group})
-
     cache = job.spec.cache
     if cache is not None and cache.size is not None:
         claim_spec: dict[str, Any] = {"accessModes": [cache.access_mode], "resources": {"requests": {"storage": str(cache.size)}}}
@@ -162,10 +152,6 @@ def plan(job: RLJob, uid: str, attempt: int, settings: OperatorSettings = Operat
         support.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(child_name(name, "cache")),
                         "spec": claim_spec})
 
-    jobs = {
-        role: trainer_job(job, role, config, attempt, settings, owner)
-        for role, topo in config.roles.items()
-        if topo.colocated_with is None
-    }
     initializer = initializer_job(job, settings, owner) if needs_initializer(job) else None
-    return Plan(support=support, jobs=jobs, initializer=initializer)
+    children = jobset(job, config, settings, owner, restarts_before=restarts_before, preemptions_before=preemptions_before)
+    return Plan(support=support, jobset=children, initializer=initializer)

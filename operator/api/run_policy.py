@@ -2,39 +2,40 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
-from kuberl.engine.config.base import pattern
 from kuberl.engine.config.tracking import TrackingSpec
 
 from .kube_grammar import DNSSubdomain
 
 
 class SchedulingPolicy(SpecModel):
-    """Gang admission: all of a job's pods start together or none do."""
+    """Admission through Kueue: every pod of the job is admitted together, or none is."""
 
-    gang_scheduler: Literal["none", "kueue", "volcano"] = "none"
-    """none: the default scheduler; kueue: admitted through a LocalQueue; volcano: a PodGroup with minMember."""
-    queue_name: str | None = Field(default=None, min_length=1, max_length=63, pattern=pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "a queue name: lower-case letters, digits and '-', starting and ending with a letter or digit"))
-    """kueue: the LocalQueue; volcano: the Volcano queue (optional)."""
+    queue_name: DNSSubdomain | None = None
+    """The Kueue LocalQueue (in the job's namespace) that admits the job: all of its pods, as one workload,
+    or none of them. Leave out to run the job as soon as its pods can be scheduled."""
+    workload_priority_class: DNSSubdomain | None = None
+    """A Kueue WorkloadPriorityClass: the job's place in its queue, and which admitted jobs it may preempt."""
     priority_class_name: DNSSubdomain | None = None
-    """The PriorityClass of every pod."""
+    """The PriorityClass of every pod (the kube-scheduler's priority, and Kueue's when no workloadPriorityClass is set)."""
+    multi_kueue: bool = False
+    """The queue is a MultiKueue queue: the JobSet is managed by Kueue (spec.managedBy), which runs it on a worker
+    cluster; this cluster's JobSet controller leaves it alone."""
 
     RULES = (
         Rule(
-            message="gangScheduler kueue needs queueName",
-            check=lambda s: s.gang_scheduler != "kueue" or s.queue_name is not None,
-            cel="self.gangScheduler != 'kueue' || has(self.queueName)",
-            field="queueName",
+            message="multiKueue needs queueName: the queue's admission check sends the job to a worker cluster",
+            check=lambda s: not s.multi_kueue or s.queue_name is not None,
+            cel="!self.multiKueue || has(self.queueName)",
+            field="multiKueue",
         ),
         Rule(
-            message="queueName needs gangScheduler kueue or volcano",
-            check=lambda s: s.queue_name is None or s.gang_scheduler != "none",
-            cel="!has(self.queueName) || self.gangScheduler != 'none'",
-            field="queueName",
+            message="workloadPriorityClass needs queueName: Kueue orders the jobs of its queues",
+            check=lambda s: s.workload_priority_class is None or s.queue_name is not None,
+            cel="!has(self.workloadPriorityClass) || has(self.queueName)",
+            field="workloadPriorityClass",
         ),
     )
 

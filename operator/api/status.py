@@ -10,15 +10,16 @@ from pydantic import Field
 from kuberl.engine.config import CheckpointStatus, SpecModel
 from kuberl.engine.config.initialization import FetchedRepo
 
-Phase = Literal["Pending", "Initializing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-PHASES: tuple[Phase, ...] = ("Pending", "Initializing", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+Phase = Literal["Pending", "Initializing", "Queued", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+PHASES: tuple[Phase, ...] = ("Pending", "Initializing", "Queued", "Starting", "Running", "Restarting", "Succeeded", "Failed",
+                             "Suspended")
 
 
 class Condition(SpecModel):
     """A condition in the shape of metav1.Condition."""
 
     type: str = Field(min_length=1, max_length=316, pattern=r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-    """A phase (Initializing, Running, Restarting, Suspended, Succeeded, Failed) or Initialized."""
+    """A phase (Initializing, Queued, Running, Restarting, Suspended, Succeeded, Failed) or Initialized."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds now."""
     reason: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
@@ -73,7 +74,8 @@ class RLJobStatus(SpecModel):
     """What the operator observed and what the job's controller rank reported."""
 
     phase: Phase | None = None
-    """Pending, Initializing (fetching the hub repositories), Starting, Running, Restarting, Succeeded, Failed or Suspended."""
+    """Pending, Initializing (fetching the hub repositories), Queued (waiting for Kueue to admit every pod, or preempted
+    and waiting again), Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] = Field(
         default=[],
         max_length=32,
@@ -87,7 +89,12 @@ class RLJobStatus(SpecModel):
     total_steps: int | None = Field(default=None, ge=0)
     """The steps the job will train (trainer.totalSteps, or the epochs' steps)."""
     restarts: int = Field(default=0, ge=0)
-    """Gang restarts so far."""
+    """Gang restarts so far (a failed pod restarts every pod from the last checkpoint); runPolicy.backoffLimit bounds them."""
+    preemptions: int = Field(default=0, ge=0)
+    """Times Kueue took the job's admission back (preempted by a higher priority, quota reclaimed, pods not ready in
+    time): its pods stopped at a step boundary with a checkpoint and it waited again. Not counted as restarts."""
+    admitted_time: datetime | None = None
+    """When Kueue last admitted the job (queued jobs only)."""
     last_checkpoint: CheckpointStatus | None = None
     initialization: InitializationStatus | None = None
     """Set when the initializer has filled the cache (jobs that name a hub repository)."""

@@ -11,7 +11,7 @@ hide the cgroup mounts). The node namespace has no default route, so nothing a p
 the machine: pod -> Service IP is rewritten by kube-proxy to a pod or to the API server across the
 veth; every other destination is unreachable.
 
-Facts of this machine the settings answer (DESIGN.md has the measurements):
+Facts of this machine the settings answer (docs/testing.md describes the real node):
 - cgroups are mounted hybrid (v1 controllers, an unused v2 hierarchy): kubelet 1.35+ refuses cgroup
   v1 unless `failCgroupV1: false`; the cgroup driver is cgroupfs (no systemd runs).
 - No process here holds CAP_SYS_RESOURCE (the machine's bounding set lacks it), so none may lower its
@@ -40,7 +40,7 @@ OPERATOR_NAMESPACE = "kuberl-system"
 CLUSTER_DOMAIN = "cluster.local"
 NODE_LABEL = "kuberl.dev/real-node"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
-NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "coredns")
+NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "coredns", "registry")
 KUBE_NODE_BINARIES = ("kubelet", "kube-proxy")
 
 
@@ -64,6 +64,8 @@ class Node:
     network: NodeNetwork
     containerd_socket: Path
     image_store: Path
+    registry_hosts: Path
+    """containerd's registry configuration folder (one hosts.toml per registry)."""
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     name: str = NODE_NAME
@@ -96,6 +98,13 @@ class Node:
         stale = [ref for ref, digest in digests.items() if digest not in keep]
         if stale:
             self.ctr("images", "remove", "--sync", *stale)
+
+    def trust_registry(self, host: str) -> None:
+        """Let the node pull from `host` (host:port) over plain HTTP, as a lab registry without TLS serves.
+        containerd reads the folder at each pull: no restart."""
+        folder = self.registry_hosts / host
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(f'server = "http://{host}"\n\n[host."http://{host}"]\n  capabilities = ["pull", "resolve"]\n')
 
     def remove_containers(self) -> None:
         """What the node ran (sandboxes and containers, their processes already killed), so that the
@@ -144,7 +153,8 @@ def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: 
         raise ControlPlaneError(f"the real node needs: {', '.join(missing)} (scripts/node-deps.sh, node-binaries.sh, kube-binaries.sh)")
     workdir.mkdir(parents=True, exist_ok=True)
     socket = workdir / "containerd" / "containerd.sock"
-    node = Node(plane, workdir, bin_dir, kube_bin_dir, network, socket, image_store=image_store or workdir / "containerd" / "root")
+    node = Node(plane, workdir, bin_dir, kube_bin_dir, network, socket, image_store=image_store or workdir / "containerd" / "root",
+                registry_hosts=workdir / "containerd" / "certs.d")
     deadline = time.monotonic() + timeout
     try:
         _start_containerd(node, pause_image)
@@ -199,6 +209,9 @@ state = "{root / 'state'}"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    # hosts.toml per registry (Node.trust_registry): where and how the node pulls from a registry.
+    config_path = "{node.registry_hosts}"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{pause_image}"
 

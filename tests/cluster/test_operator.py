@@ -9,126 +9,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.manifest import read_documents
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
-from kuberl.operator.testing.waiting import eventually as _eventually
-from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE, OperatorProcess
+from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
 
-class _NotFound(Exception):
-    pass
-
-
-def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Wait for `check`; an object that does not exist yet (404) counts as "not yet"."""
-
-    def guarded():
-        try:
-            return check()
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            raise _NotFound from exc
-
-    return _eventually(guarded, timeout, what, ignore=(_NotFound,))
-RULES = REPO / "helm" / "kuberl" / "files" / "operator-rules.yaml"
-
-
-@pytest.fixture(scope="module")
-def operator(control_plane, rljob_crd, tmp_path_factory):
-    admin = control_plane.api_client()
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kuberl-system")))
-    core.create_namespaced_service_account("kuberl-system", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="kuberl-operator")))
-    rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                              "metadata": {"name": "kuberl-operator"}, "rules": yaml.safe_load(RULES.read_text())})
-    rbac.create_cluster_role_binding({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kuberl-operator"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl-operator"},
-        "subjects": [{"kind": "ServiceAccount", "name": "kuberl-operator", "namespace": "kuberl-system"}],
-    })
-    token = core.create_namespaced_service_account_token(
-        "kuberl-operator", "kuberl-system",
-        client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
-    ).status.token
-    workdir = tmp_path_factory.mktemp("operator")
-    process = OperatorProcess(control_plane.kubeconfig_for_token(token, workdir / "operator.kubeconfig"), workdir / "operator.log")
-    process.start()
-    yield process
-    process.stop()
-    log = process.log.read_text()
-    # The shipped rules suffice: nothing the operator asked for was forbidden, nothing crashed.
-    assert "forbidden" not in log.lower() and "Traceback" not in log, log[-5000:]
-
-
-# --- helpers -----------------------------------------------------------------------------------
-
-
-def new_namespace(plane, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(plane.api_client()).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    return name
-
-
-def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
-    """A GRPO job with two actor pods on the cpu pool and a critic-free layout, its model and data on a volume."""
-    spec = {
-        "model": {"path": "/data/models/m"},
-        "data": {"train": {"path": "/data/train.jsonl"}},
-        "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data", "type": "DirectoryOrCreate"}}],
-        "algorithm": {"name": "grpo"},
-        "rollout": {"samplesPerPrompt": 4},
-        "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 2, "nodeSelector": {"kuberl.dev/pool": "cpu"},
-                            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]}},
-        "trainer": {"totalSteps": 10, "promptsPerStep": 4},
-        "runPolicy": {"backoffLimit": 3},
-    }
-    for key, value in spec_changes.items():
-        spec[key] = value
-    return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name}, "spec": spec}
-
-
-def create(plane, namespace: str, doc: dict[str, Any]) -> None:
-    client.CustomObjectsApi(plane.api_client()).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
-
-
-def get(plane, namespace: str, name: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-
-
-def status(plane, namespace: str, name: str) -> dict[str, Any]:
-    return get(plane, namespace, name).get("status") or {}
-
-
-def wait_phase(plane, namespace: str, name: str, phase: str, timeout: float = 60, **fields: Any) -> dict[str, Any]:
-    def reached():
-        s = status(plane, namespace, name)
-        return s if s.get("phase") == phase and all(s.get(k) == v for k, v in fields.items()) else None
-
-    return eventually(reached, timeout, f"{namespace}/{name} to reach {phase} {fields or ''}")
-
-
-def pods(plane, namespace: str, selector: str) -> list[client.V1Pod]:
-    return client.CoreV1Api(plane.api_client()).list_namespaced_pod(namespace, label_selector=selector).items
-
-
-def live_pods(plane, namespace: str, job: str) -> list[client.V1Pod]:
-    return [p for p in pods(plane, namespace, f"kuberl.dev/job={job}") if p.metadata.deletion_timestamp is None]
-
-
-def fail_pod(plane, pod: client.V1Pod) -> None:
-    client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
-        pod.metadata.name, pod.metadata.namespace, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail"}}}
-    )
-
+from kuberl.operator.testing.rljobs import (
+    create, eventually, fail_pod, get, jobsets, live_pods, new_namespace, pods, small_job, status, wait_phase,
+)
 
 # --- tests -------------------------------------------------------------------------------------------
 
@@ -172,10 +66,11 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     create(plane, ns, doc)
     name = doc["metadata"]["name"]
 
-    # First the initializer alone: no trainer Job until the cache holds the model.
+    # First the initializer alone: no JobSet, no trainer Job until the cache holds the model.
     s = wait_phase(plane, ns, name, "Initializing", 60)
     batch = client.BatchV1Api(plane.api_client())
     assert [j.metadata.name for j in batch.list_namespaced_job(ns).items] == [f"{name}-initializer"]
+    assert not jobsets(plane, ns)
     init_pod = pods(plane, ns, "kuberl.dev/component=initializer")[0]
     init = init_pod.spec.containers[0]
     assert init.command == ["kuberl", "initialize"] and init_pod.spec.automount_service_account_token is False
@@ -201,11 +96,13 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     assert config["roles"]["critic"]["rankOffset"] == 16 and config["roles"]["ref"]["colocatedWith"] == "actor"
     assert config["model"]["revision"] == COMMIT  # every pod, every attempt, loads the commit that was fetched
 
+    # One JobSet holds every role (JobSet makes a Job per replicated job, <jobset>-<role>-<index>).
+    [jobset] = jobsets(plane, ns)
+    assert jobset["metadata"]["ownerReferences"][0]["kind"] == "RLJob" and jobset["metadata"]["ownerReferences"][0]["controller"]
     jobs = {j.metadata.name: j for j in batch.list_namespaced_job(ns).items}
-    assert set(jobs) == {f"{name}-initializer", f"{name}-actor", f"{name}-critic"}
-    assert jobs[f"{name}-actor"].spec.parallelism == 2 and jobs[f"{name}-actor"].spec.completion_mode == "Indexed"
-    for job in jobs.values():
-        assert job.metadata.owner_references[0].kind == "RLJob" and job.metadata.owner_references[0].controller
+    assert set(jobs) == {f"{name}-initializer", f"{name}-actor-0", f"{name}-critic-0"}
+    assert jobs[f"{name}-actor-0"].spec.parallelism == 2 and jobs[f"{name}-actor-0"].spec.completion_mode == "Indexed"
+    assert jobs[f"{name}-actor-0"].metadata.owner_references[0].kind == "JobSet"
 
     actor_pods, critic_pods = pods(plane, ns, "kuberl.dev/role=actor"), pods(plane, ns, "kuberl.dev/role=critic")
     assert all(p.spec.node_name.startswith("gpu-h100-") for p in actor_pods)
@@ -213,13 +110,16 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     pod = actor_pods[0]
     container = pod.spec.containers[0]
     env = {e.name: e.value for e in container.env}
-    assert env["WORLD_SIZE"] == "24" and env["MASTER_ADDR"] == f"{name}-actor-0.{name}.{ns}.svc"
+    assert env["WORLD_SIZE"] == "24" and env["MASTER_ADDR"] == f"{name}-actor-0-0.{name}.{ns}.svc"
+    # JobSet names each pod's host after its place, under the job's headless Service: rank 0 resolves there.
+    pod0 = next(p for p in actor_pods if p.metadata.labels["batch.kubernetes.io/job-completion-index"] == "0")
+    assert (pod0.spec.hostname, pod0.spec.subdomain) == (f"{name}-actor-0-0", name)
     assert env["KUBERL_ROLE"] == "actor" and env["MASTER_PORT"] == "29500"
     assert env["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in env
     assert container.resources.limits["nvidia.com/gpu"] == "8"
     assert container.security_context.allow_privilege_escalation is False
     assert container.security_context.capabilities.drop == ["ALL"]
-    assert pod.spec.security_context.run_as_non_root and pod.spec.subdomain == name
+    assert pod.spec.security_context.run_as_non_root
     claims = {v.persistent_volume_claim.claim_name: v.name for v in pod.spec.volumes if v.persistent_volume_claim}
     assert claims == {"ppo-qwen-math-ckpt": "kuberl-checkpoints", "hub-cache": "kuberl-cache", "gsm8k": "gsm8k"}
     mounts = {m.mount_path: m for m in container.volume_mounts}
@@ -244,7 +144,7 @@ def test_a_refused_token_fails_the_job_at_initialization_with_the_initializers_r
     assert next(c for c in s["conditions"] if c["type"] == "Initialized")["status"] == "False"
     # Exit code 3 fails the initializer's Job at once (podFailurePolicy), and no trainer Job was made.
     jobs = client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
-    assert [j.metadata.name for j in jobs] == ["from-hub-initializer"]
+    assert [j.metadata.name for j in jobs] == ["from-hub-initializer"] and not jobsets(plane, ns)
     assert len(pods(plane, ns, "kuberl.dev/component=initializer")) == 1
 
 
@@ -280,7 +180,7 @@ def test_the_operator_refuses_what_only_a_cluster_rule_catches_before_any_pod(co
     failed = next(c for c in s["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec"
     assert f"{expected['expect-path']}: " in failed["message"] and expected["expect-message"] in failed["message"]
-    assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
+    assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items and not jobsets(plane, ns)
     assert not pods(plane, ns, "")
 
 
@@ -297,7 +197,7 @@ def test_a_failed_pod_restarts_the_gang_and_backoff_limit_ends_it(control_plane,
     after = eventually(lambda: (ps := live_pods(plane, ns, "gang")) and len(ps) == 2 and ps, 30, "two new pods")
     assert {p.metadata.uid for p in after}.isdisjoint(p.metadata.uid for p in before)
     assert sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in after) == indexes
-    assert all(p.metadata.labels["kuberl.dev/attempt"] == "1" for p in after)
+    assert all(p.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] == "1" for p in after)  # JobSet recreated every Job
     assert s["roles"]["actor"]["ready"] == 2
 
     fail_pod(plane, after[0])
@@ -305,7 +205,7 @@ def test_a_failed_pod_restarts_the_gang_and_backoff_limit_ends_it(control_plane,
     failed = next(c for c in s["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "BackoffLimitExceeded" and "backoffLimit 1" in failed["message"]
     assert s["restarts"] == 1
-    eventually(lambda: not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items, 60, "the Jobs to go")
+    eventually(lambda: not live_pods(plane, ns, "gang"), 60, "the pods to go")
 
 
 def test_suspend_removes_pods_and_resume_brings_them_back(control_plane, operator) -> None:
@@ -333,7 +233,7 @@ def test_deleting_the_rljob_removes_every_child(control_plane, operator) -> None
 
     def nothing_left() -> bool:
         selector = "kuberl.dev/job=doomed"
-        return not (batch.list_namespaced_job(ns, label_selector=selector).items
+        return not (jobsets(plane, ns) or batch.list_namespaced_job(ns, label_selector=selector).items
                     or core.list_namespaced_pod(ns, label_selector=selector).items
                     or core.list_namespaced_service(ns, label_selector=selector).items
                     or core.list_namespaced_config_map(ns, label_selector=selector).items
@@ -440,7 +340,7 @@ def test_a_spec_that_slips_past_the_crd_fails_with_a_message(control_plane, oper
     condition = next(c for c in s["conditions"] if c["type"] == "Failed")
     assert condition["reason"] == "InvalidSpec"
     assert "spec.roles.actor.resources.requests" in condition["message"]
-    assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items
+    assert not client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items and not jobsets(plane, ns)
     create(plane, ns, small_job("still-served"))  # the operator kept running
     wait_phase(plane, ns, "still-served", "Running")
 
@@ -459,7 +359,8 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(control_plan
     batch, core = client.BatchV1Api(plane.api_client()), client.CoreV1Api(plane.api_client())
     for name in names:
         selector = f"kuberl.dev/job={name}"
-        assert len(batch.list_namespaced_job(ns, label_selector=selector).items) == 1
+        assert len([j for j in jobsets(plane, ns) if j["metadata"]["name"] == name]) == 1
+        assert len(batch.list_namespaced_job(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items) == 1
         assert len(core.list_namespaced_service(ns, label_selector=selector).items) == 1
         assert len(live_pods(plane, ns, name)) == 2
         assert status(plane, ns, name)["restarts"] == 0

@@ -87,9 +87,29 @@ def hub(real_node):
 
 
 @pytest.fixture(scope="session")
-def operator_release(real_node, built_images, hub):
+def node_schedulers(real_node, tmp_path_factory):
+    """JobSet and Kueue, real, as processes on the host against the node's control plane (as a cluster admin
+    installs them before kuberl): every RLJob's pods are a JobSet; a queued one is admitted by Kueue."""
+    from kuberl.operator.testing.control_plane import ControlPlaneError
+    from kuberl.operator.testing.scheduling import scheduling_root, start_schedulers, wait_for_garbage_collector
+
+    try:
+        root = scheduling_root(REPO / "scripts" / "scheduling-binaries.sh")
+        started = start_schedulers(real_node.plane, tmp_path_factory.mktemp("node-schedulers"), root)
+        # The garbage collector finds the JobSet type at its next discovery: until then a deleted
+        # RLJob's JobSet (and its pods) would stay.
+        wait_for_garbage_collector(real_node.plane)
+    except ControlPlaneError as exc:
+        pytest.fail(f"JobSet and Kueue did not start against the real node's plane: {exc}", pytrace=False)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def operator_release(real_node, built_images, hub, node_schedulers):
     """The chart, installed with the operator image built here; the operator runs in its own pod, and
-    its initializers download from the hub stand-in (the chart's hubEndpoint)."""
+    its initializers download from the hub stand-in (the chart's hubEndpoint). Per module: the
+    quickstart's module installs the chart itself, as its user does."""
     from kuberl.operator.testing.node import OPERATOR_NAMESPACE
 
     plane = real_node.plane

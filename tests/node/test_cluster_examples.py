@@ -67,18 +67,19 @@ def wait_phase(node, namespace: str, name: str, phase: str, timeout: float = 900
 
 def host_claim(node, namespace: str, claim: str, host: Path, *, create_claim: bool, read_only: bool = False) -> Path:
     """A hostPath PersistentVolume on the node, bound ahead to claim `namespace/claim` (as a cluster admin
-    provisions storage), its folder owned by the trainer's user; with `create_claim`, the claim too."""
+    provisions storage), its folder owned by the trainer's user; with `create_claim`, the claim too.
+    The volume's name carries this module's tag: other modules bind claims of the same names."""
     host.mkdir(parents=True, exist_ok=True)
     for path in [host, *host.rglob("*")]:
         os.chown(path, TRAINER_UID, TRAINER_UID)  # the pods run as this user; hostPath keeps owners
-    docs = [{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{namespace}-{claim}"},
+    docs = [{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"examples-{namespace}-{claim}"},
              "spec": {"capacity": {"storage": "500Gi"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
                       "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
                       "hostPath": {"path": str(host), "type": "Directory"}, "claimRef": {"namespace": namespace, "name": claim}}}]
     if create_claim:
         docs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
                      "spec": {"accessModes": ["ReadOnlyMany" if read_only else "ReadWriteOnce"], "storageClassName": "",
-                              "volumeName": f"{namespace}-{claim}", "resources": {"requests": {"storage": "1Gi"}}}})
+                              "volumeName": f"examples-{namespace}-{claim}", "resources": {"requests": {"storage": "1Gi"}}}})
     node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
     return host
 
@@ -174,14 +175,19 @@ def ppo(real_node, operator_release, built_images, volumes, hub, hub_token, tmp_
     checkpoints = host_claim(node, PPO_NAMESPACE, "ppo-qwen-math-ckpt", volumes / "ppo-ckpt", create_claim=False)
     node.plane.kubectl("apply", "-k", str(REPO / "examples" / "real-node" / "ppo-cluster"))
     rendered = node.plane.kubectl("kustomize", str(REPO / "examples" / "real-node" / "ppo-cluster")).stdout
-    return {"cache": cache, "checkpoints": checkpoints, "rendered": rendered}
+    yield {"cache": cache, "checkpoints": checkpoints, "rendered": rendered}
+    # The quickstart uses the namespace too (the examples' own): leave it gone, with its volumes.
+    node.plane.kubectl("delete", "namespace", PPO_NAMESPACE, "--wait=true", "--timeout=300s", check=False)
+    ours = [pv["metadata"]["name"] for pv in kubectl_json(node, "get", "pv")["items"] if pv["metadata"]["name"].startswith("examples-")]
+    if ours:
+        node.plane.kubectl("delete", "pv", *ours, "--wait=false", check=False)
 
 
 def _variant(node, ppo: dict, name: str, **model) -> None:
     """Another RLJob like the example's, under `name`, its model changed by `model`."""
-    import yaml
+    from kuberl.operator.manifest import read_documents  # YAML as kubectl reads it (1e-06 is a number)
 
-    [doc] = [d for d in yaml.safe_load_all(ppo["rendered"]) if d and d["kind"] == "RLJob"]
+    [doc] = [d.content for d in read_documents(ppo["rendered"], "overlay") if d.content.get("kind") == "RLJob"]
     doc["metadata"]["name"] = name
     doc["spec"]["model"].update(model)
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(doc))

@@ -79,8 +79,8 @@ class JobVolume:
         return load_file(self.host / "final" / "model.safetensors")
 
 
-def rljob(name: str, claim: str, image: str, **run_policy) -> dict:
-    return {
+def rljob(name: str, claim: str, image: str, requests: dict | None = None, steps: int | None = None, **run_policy) -> dict:
+    job = {
         "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
         "spec": {
             "image": image, "imagePullPolicy": "Never",
@@ -99,19 +99,28 @@ def rljob(name: str, claim: str, image: str, **run_policy) -> dict:
             "monitoring": {"enabled": True},
         },
     }
+    if requests:  # what a queue's quota counts
+        for role in job["spec"]["roles"].values():
+            role["resources"] = {"requests": requests}
+    if steps:
+        job["spec"]["trainer"]["totalSteps"] = steps
+    return job
 
 
 class Job:
     """One RLJob in a namespace of its own, with its volume."""
 
-    def __init__(self, node, image: str, volumes: Path, prefix: str, **run_policy):
+    def __init__(self, node, image: str, volumes: Path, prefix: str, prepare=None, requests: dict | None = None,
+                 steps: int | None = None, **run_policy):
         self.node = node
         self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
         node.plane.kubectl("create", "namespace", self.namespace)
+        if prepare is not None:
+            prepare(self.namespace)  # what the namespace needs before the job (a LocalQueue)
         self.volume = JobVolume(node, self.namespace, volumes)
         self.name = prefix
         node.plane.kubectl("apply", "-n", self.namespace, "-f", "-",
-                           input=json.dumps(rljob(self.name, self.volume.claim, image, **run_policy)))
+                           input=json.dumps(rljob(self.name, self.volume.claim, image, requests, steps, **run_policy)))
 
     def get(self) -> dict:
         return kubectl_json(self.node, "get", "rlj", self.name, "-n", self.namespace)
@@ -313,7 +322,8 @@ def test_a_deleted_operator_pod_is_replaced_and_the_job_goes_on(real_node, gaunt
     gauntlet.wait_for_step(step + 1)  # the new operator reports progress again
     assert gauntlet.status().get("restarts", 0) == 0
     jobs = kubectl_json(real_node, "get", "jobs", "-n", gauntlet.namespace)["items"]
-    assert sorted(j["metadata"]["name"] for j in jobs) == [f"{gauntlet.name}-actor", f"{gauntlet.name}-ref"]  # no duplicates
+    assert sorted(j["metadata"]["name"] for j in jobs) == [f"{gauntlet.name}-actor-0", f"{gauntlet.name}-ref-0"]  # no duplicates
+    assert len(kubectl_json(real_node, "get", "jobsets", "-n", gauntlet.namespace)["items"]) == 1
 
 
 def test_a_deleted_trainer_pod_checkpoints_the_running_step_and_nothing_is_lost(real_node, gauntlet: Job) -> None:
@@ -395,7 +405,74 @@ def test_deleting_the_rljob_leaves_nothing_behind(real_node, gauntlet: Job) -> N
     real_node.plane.kubectl("delete", "rlj", gauntlet.name, "-n", gauntlet.namespace, "--wait=true", "--timeout=120s")
 
     def nothing_left() -> bool:
-        kinds = "pods,jobs,services,configmaps,serviceaccounts,roles,rolebindings"
+        kinds = "jobsets,pods,jobs,services,configmaps,serviceaccounts,roles,rolebindings"
         return not kubectl_json(real_node, "get", kinds, "-n", gauntlet.namespace, "-l", f"kuberl.dev/job={gauntlet.name}")["items"]
 
     gauntlet.wait_for(nothing_left, 120, "every child of the deleted RLJob to be gone")
+
+
+# --- Kueue: a preempted job loses nothing ------------------------------------------------------------
+
+NODE_QUEUE = "node-cpu"
+# 3 pods of 200m: one job fits the queue's 1 CPU, two do not (the node itself has room for both).
+REQUESTS = {"cpu": "200m", "memory": "256Mi"}
+
+
+def _node_queue(node, namespace: str) -> None:
+    """A ClusterQueue of 1 CPU on the node (its own flavor), priorities, and a LocalQueue in `namespace`."""
+    docs = [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "node"}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": NODE_QUEUE},
+         "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+                  "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "node", "resources": [
+                      {"name": "cpu", "nominalQuota": "1"}, {"name": "memory", "nominalQuota": "16Gi"}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "node-low"}, "value": 10},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "node-high"}, "value": 1000},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": NODE_QUEUE, "namespace": namespace},
+         "spec": {"clusterQueue": NODE_QUEUE}},
+    ]
+    node.plane.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
+
+
+def test_a_preempted_job_checkpoints_waits_resumes_and_ends_bitwise_equal(real_node, reference: Job, built_images, volumes) -> None:
+    """A low-priority job trains; a high-priority one arrives and Kueue preempts the first: its pods get
+    SIGTERM, stop at a step boundary with a checkpoint, and it waits (Queued, counted as a preemption, not
+    a restart). When the high one ends, it is admitted again, resumes from that checkpoint, and ends with
+    the uninterrupted job's weights, bit for bit."""
+    queued = lambda priority: {"scheduling": {"queueName": NODE_QUEUE, "workloadPriorityClass": priority}}  # noqa: E731
+    low = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "low", prepare=lambda ns: _node_queue(real_node, ns),
+              requests=REQUESTS, **queued("node-low"))
+    high = None
+    try:
+        low.wait_for_step(INTERVAL + 1)
+        high = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "high", prepare=lambda ns: _node_queue(real_node, ns),
+                   requests=REQUESTS, steps=4, **queued("node-high"))
+        status = low.wait_for(lambda: (s := low.status()).get("phase") == "Queued" and s.get("preemptions") == 1 and s,
+                              300, "the low job preempted")
+        queued_condition = next(c for c in status["conditions"] if c["type"] == "Queued")
+        assert queued_condition["reason"] == "Preempted" and status.get("restarts", 0) == 0
+        low.wait_for(lambda: not [p for p in low.pods() if p["status"].get("phase") in ("Pending", "Running")], 300,
+                     "the preempted pods to stop")
+        from kuberl.engine.runtime.checkpoint import complete_steps
+
+        stopped_at = max(complete_steps(low.volume.host))
+        steps_before = [r["step"] for r in low.volume.records()]
+        # The step that was running when SIGTERM came was finished and checkpointed, whatever the interval.
+        assert stopped_at == steps_before[-1] and steps_before == list(range(1, stopped_at + 1)), (stopped_at, steps_before)
+        assert not low.pods() or all(p["status"].get("phase") != "Running" for p in low.pods())
+
+        high.wait_for_phase("Succeeded")
+        final = low.wait_for_phase("Succeeded")
+        assert (final["preemptions"], final.get("restarts", 0), final["step"]) == (1, 0, STEPS)
+        steps = [r["step"] for r in low.volume.records()]
+        assert steps == list(range(1, STEPS + 1)), steps  # resumed after the checkpoint: no step lost, none twice
+        import torch
+
+        a, b = reference.volume.exported(), low.volume.exported()
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), "differs from the uninterrupted job"
+        events = kubectl_json(real_node, "get", "events", "-n", low.namespace, "--field-selector", f"involvedObject.name={low.name}")
+        assert any(e["reason"] == "Preempted" for e in events["items"])
+    finally:
+        low.delete()
+        if high is not None:
+            high.delete()

@@ -118,7 +118,7 @@ def test_the_operator_reads_the_progress_the_engine_writes(tmp_path: Path) -> No
     from kuberl.engine.runtime import checkpoint as ckpt
     from kuberl.engine.runtime.progress import progress_report
     from kuberl.operator.api import RLJobStatus
-    from kuberl.operator.reconcile import _apply_progress
+    from kuberl.operator.reconcile.reading import apply_progress
 
     # A checkpoint committed as the engine commits it, reported as the controller rank reports it.
     ckpt.prepare(tmp_path, 5)
@@ -127,7 +127,7 @@ def test_the_operator_reads_the_progress_the_engine_writes(tmp_path: Path) -> No
     text = progress_report({"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0},
                            total_steps=30, last_checkpoint=ckpt.status(tmp_path, 5)).to_json()
     status = RLJobStatus()
-    _apply_progress(status, text)  # what the operator does with the ConfigMap's text
+    apply_progress(status, text)  # what the operator does with the ConfigMap's text
     assert (status.step, status.total_steps, status.metrics.reward_mean, status.metrics.kl,
             status.metrics.tokens_per_second) == (7, 30, 0.5, None, 120.0)
     assert status.last_checkpoint.step == 5 and status.last_checkpoint.path == str(tmp_path / "step-00000005")

@@ -16,9 +16,13 @@ from pydantic import ValidationError
 
 from kuberl.engine.config.initialization import InitializationReport
 
-from .api import InitializationStatus
-from .children import INITIALIZER, LABEL_COMPONENT
-from .initializer_job import CONTAINER
+from ..api import InitializationStatus
+from ..children import INITIALIZER, LABEL_COMPONENT
+from ..initializer_job import CONTAINER, needs_initializer
+from .conditions import INITIALIZED, set_condition
+from .context import Context, Decision, finish
+
+ACTIVE_SECONDS = 2.0
 
 
 def is_initializer(obj: dict[str, Any]) -> bool:
@@ -116,3 +120,26 @@ def _waiting_reason(pods: list[dict[str, Any]]) -> str:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
                 return f"the initializer pod is not scheduled: {condition.get('message', condition.get('reason', ''))}"
     return ""
+
+
+def initialization(ctx: Context) -> Decision | None:
+    """Before the first trainer pod: the initializer fills the cache; its failure fails the job with its reason."""
+    if not needs_initializer(ctx.job) or ctx.status.initialization is not None:
+        return None
+    if ctx.status.start_time is None:
+        ctx.status.start_time = ctx.now  # the deadline counts the downloads too
+    init = observe_initializer([j for j in ctx.observed.jobs if is_initializer(j)],
+                               [p for p in ctx.observed.pods if is_initializer(p)], ctx.now)
+    if init.state == "Failed":
+        ctx.status.completion_time = ctx.now
+        set_condition(ctx.status, INITIALIZED, "False", init.reason, init.message, ctx.now)
+        # Its Job has ended (the pod and its log stay for `kubectl logs`); no trainer pod was ever made.
+        return finish(ctx, "Failed", init.reason, init.message, events=(("Warning", init.reason, init.message),))
+    if init.state != "Succeeded":
+        set_condition(ctx.status, INITIALIZED, "False", init.reason, init.message, ctx.now)
+        return finish(ctx, "Initializing", init.reason, init.message, create_initializer=init.state == "Missing",
+                      requeue_after=ACTIVE_SECONDS)
+    ctx.status.initialization = init.status
+    set_condition(ctx.status, INITIALIZED, "True", init.reason, init.message, ctx.now)
+    ctx.events.append(("Normal", init.reason, init.message))
+    return None

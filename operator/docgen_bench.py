@@ -1,0 +1,148 @@
+"""The benchmarks page: one row per results file of bench/results, with the command that remakes it.
+
+Each benchmark writes a JSON file of its own shape; a reader below turns each known shape into its
+headline figures. The date and the machine are the file's own fields, shown as they are; a file with
+no reader here still gets a row, with its top-level numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .docgen import cell, code, header, table
+
+PY = ".venv/bin/python"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _generate(d: dict) -> tuple[str, list[str]]:
+    return (f"{PY} bench/generate/run.py", [
+        f"vLLM {d['vllm_tokens_per_second']} tokens/s against Hugging Face `generate` {d['hf_generate_tokens_per_second']} "
+        f"({d['ratio_vllm_over_hf']}x), {d['prompts']} prompts x {d['new_tokens_each']} tokens, {d['model']}",
+        f"vLLM at {_pct(d['vllm_share_of_roofline'])} of the fp32 matmul roofline ({d['matmul_fp32_gflops']} GFLOP/s)"])
+
+
+def _grpo(d: dict) -> tuple[str, list[str]]:
+    k, t, diff = d["kuberl"], d["trl"], d["reward_difference_per_step"]
+    return (f"make bench-setup && {PY} bench/grpo/run.py --steps {d['steps']}", [
+        f"{d['task']}, {d['steps']} steps",
+        f"kuberl {k['seconds_per_step']} s/step against TRL's GRPOTrainer {t['seconds_per_step']} s/step: "
+        f"**{d['throughput_ratio']}x** the completions per second",
+        f"mean sampled reward per step: kuberl {k['reward_mean']:.2f}, TRL {t['reward_mean']:.2f} "
+        f"(difference {diff['mean']:+.2f}, standard error {diff['standard_error']:.2f})"])
+
+
+def _main_job(d: dict) -> tuple[str, list[str]]:
+    acc = d["validation_greedy_accuracy"]
+    curve = " → ".join(f"{_pct(v)} (step {s})" for s, v in acc.items())
+    return ("make main-job && " + f"{PY} bench/main_job/summarize.py", [
+        f"`{d['job']}`, {d['steps']} steps; greedy accuracy on 100 held-out sums: {curve}",
+        f"wall time {d['wall_minutes']} min ({d['mean_step_seconds']} s/step); sampled reward, last 5 steps: "
+        f"{d['training_reward_last_5_steps']}",
+        "share of step time: " + ", ".join(f"{k} {_pct(v)}" for k, v in d["phase_share"].items()),
+        f"rollout {d['rollout_tokens_per_second_mean']} tokens/s; the weight switch {_pct(d['switch_share_of_step_time'])} of step time"])
+
+
+def _operator(d: dict) -> tuple[str, list[str]]:
+    return (f"{PY} bench/operator/run.py", [
+        f"{d['jobs']} RLJobs ({d['pods']} pods) all Running in {d['rljobs_all_running_seconds']} s against "
+        f"{d['baseline_plain_jobs_all_running_seconds']} s for plain indexed Jobs with the same pods ({d['ratio_rljobs_over_plain_jobs']}x)",
+        f"{d['reconciles']} reconciles, p50 {d['reconcile_p50_seconds']} s, p99 {d['reconcile_p99_seconds']} s"])
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.0f} MB"
+
+
+def _reshard(d: dict) -> tuple[str, list[str]]:
+    return (f"{PY} bench/reshard/run.py", [
+        f"{r['model']} ({_mb(r['model_bytes'])}), {r['layout']}: {_mb(r['ours_bytes_per_rank_max'])} per rank at most "
+        f"(HybridFlow's formula {_mb(r['formula_bytes_per_rank'])}; a naive all-gather {_mb(r['naive_bytes_per_rank_max'])}), "
+        f"{r['ours_seconds']} s, **{r['time_ratio_naive_over_ours']}x** faster than the all-gather" for r in d["rows"]])
+
+
+def _rollout(d: dict) -> tuple[str, list[str]]:
+    return (f"{PY} bench/rollout/run.py --batches {d['batches']}", [f"{d['batch']}"] + [
+        f"{name}: {v['tokens_per_second']} tokens/s, {v['prompt_tokens_from_cache']} of {v['prompt_tokens_queried']} prompt tokens "
+        f"from the prefix cache ({v['block_size']}-token blocks), {v['ratio_over_per_sample']}x" for name, v in d["variants"].items()])
+
+
+def _train(d: dict, stem: str) -> tuple[str, list[str]]:
+    args = f" --repeat {d['repeat']}" if d.get("repeat", 2) != 2 else ""
+    if stem.startswith("train_") and stem != "train_before":
+        args += " --batches " + " ".join(d["batches"])
+    lines = []
+    for name, b in d["batches"].items():
+        cells = ", ".join(f"{layout} {b[layout]['seconds_per_update']:.2f} s ({b[layout]['tokens_computed']} positions, "
+                          f"{_pct(b[layout]['roofline_fraction'])} of the roofline)" if "roofline_fraction" in b[layout] else
+                          f"{layout} {b[layout]['seconds_per_update']:.2f} s"
+                          for layout in ("padded", "packed", "packed_shared_prefix", "packed_shared_prefix_tokens"))
+        lines.append(f"{name} ({b['sequences']} sequences): {cells}; "
+                     f"**{b['speedup_packed_shared_prefix_tokens']:.2f}x** over padded")
+    return (f"{PY} bench/train/run.py{args}", [f"one optimizer update of {d['model']}, {d['threads']} threads"] + lines)
+
+
+def _attention_weight(d: dict) -> tuple[str, list[str]]:
+    return (f"{PY} bench/train/attention_weight.py", [f"the engine's weight: {d['engine_weight']}"] + [
+        f"{name}: " + ", ".join(f"weight {w}: {v['seconds_per_update']:.2f} s ({v['segments']} segments, {v['tokens_computed']} positions)"
+                                for w, v in weights.items()) for name, weights in d["batches"].items()])
+
+
+def _validate(d: dict) -> tuple[str, list[str]]:
+    bomb = d["validate_alias_bomb_2kb"]
+    return (f"{PY} bench/validate/run.py", [
+        f"`kuberl validate` of the main job's manifest: {d['validate_example']['wall_s']} s wall, against "
+        f"{d['floor_import_pydantic_yaml']['wall_s']} s for a process that only imports pydantic and PyYAML",
+        f"a {bomb['bytes']}-byte alias bomb refused in {bomb['wall_s']} s (PyYAML's safe_load and json.dumps of a 465-byte one: "
+        f"{d['baseline_safe_load_json_dumps_bomb_9_pow_7']['wall_s']} s)"])
+
+
+READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
+    "generate": _generate, "grpo": _grpo, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
+    "rollout": _rollout, "train_attention_weight": _attention_weight, "validate": _validate,
+}
+
+
+def _generic(d: dict) -> tuple[str, list[str]]:
+    numbers = [f"{k}: {v}" for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return ("see bench/README.md", numbers[:6])
+
+
+def _row(stem: str, d: dict[str, Any]) -> list[str]:
+    if stem in READERS:
+        command, figures = READERS[stem](d)
+    elif stem == "train" or stem.startswith("train_") and "batches" in d:
+        command, figures = _train(d, stem)
+    else:
+        command, figures = _generic(d)
+    machine = ", ".join(str(d[k]) if k != "threads" else f"{d[k]} threads" for k in ("machine", "threads") if k in d)
+    when = d.get("date") or d.get("when") or "-"
+    return [f"`{stem}`", "<br>".join(cell(f, emphasis=True) for f in figures), code(command), cell(when), cell(machine or "-")]
+
+
+def page(repo: Path) -> str:
+    results = repo / "bench" / "results"
+    rows = [_row(p.stem, json.loads(p.read_text())) for p in sorted(results.glob("*.json"))]
+    return "".join([
+        header("bench/results/*.json"),
+        "# Benchmarks\n\n",
+        "Each benchmark runs kuberl and a baseline side by side in one invocation and writes its results to "
+        "`bench/results/<name>.json`; this table is made from those files. Absolute numbers depend on the machine "
+        "(the date and machine columns are the files' own); the ratios within one run are what a benchmark shows. "
+        "Run a command from the repository's root after `make setup`; it rewrites its file, and "
+        f"`{PY} -m kuberl.operator.docgen docs/` remakes this page.\n\n",
+        table(["benchmark", "headline figures", "command", "date", "machine"], rows),
+        "\n![The main job's reward curve](assets/main_job_reward_curve.png)\n\n"
+        "The main job's reward curve (`bench/results/main_job_reward_curve.png`, a copy of the run's "
+        "`runs/grpo-smollm2-arith/reward_curve.png`).\n",
+    ])
+
+
+def assets(repo: Path) -> dict[str, bytes]:
+    """Files the generated pages show, copied from bench/results into docs/."""
+    return {"assets/main_job_reward_curve.png": (repo / "bench" / "results" / "main_job_reward_curve.png").read_bytes()}

@@ -1,0 +1,140 @@
+"""Reading the children as the API returns them: JobSet conditions, pod counts, Kueue's Workload, progress."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from kuberl.engine.config import ProgressReport
+
+from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
+from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
+
+
+def name(obj: dict[str, Any]) -> str:
+    return obj["metadata"]["name"]
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any] | None:
+    """The object's condition of type `kind` when it is True."""
+    if obj is None:
+        return None
+    return next((c for c in obj.get("status", {}).get("conditions", []) if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def _annotation(obj: dict[str, Any], key: str) -> int:
+    value = obj["metadata"].get("annotations", {}).get(key, "0")
+    return int(value) if value.isdigit() else 0
+
+
+# --- the JobSet -----------------------------------------------------------------------------------
+
+
+def restarts(jobset: dict[str, Any]) -> int:
+    """The RLJob's gang restarts: those before this JobSet was made, plus JobSet's own."""
+    return _annotation(jobset, RESTARTS_BEFORE) + int(jobset.get("status", {}).get("restarts", 0) or 0)
+
+
+def suspended(jobset: dict[str, Any]) -> bool:
+    return bool(jobset.get("spec", {}).get("suspend"))
+
+
+def current_pods(pods: list[dict[str, Any]], jobset: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods of the JobSet's current restart attempt."""
+    attempt = str(int(jobset.get("status", {}).get("restarts", 0) or 0))
+    return [p for p in pods if p["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == attempt]
+
+
+# --- pods -------------------------------------------------------------------------------------------
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    status = pod.get("status", {})
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+    )
+
+
+def role_counts(pods: list[dict[str, Any]]) -> dict[str, RoleStatus]:
+    counts: dict[str, RoleStatus] = {}
+    for pod in pods:
+        role = pod["metadata"].get("labels", {}).get(LABEL_ROLE, "unknown")
+        c = counts.setdefault(role, RoleStatus())
+        phase = pod.get("status", {}).get("phase")
+        if phase == "Succeeded":
+            c.succeeded += 1
+        elif phase == "Failed":
+            c.failed += 1
+        elif pod["metadata"].get("deletionTimestamp") is None:
+            c.active += 1
+            c.ready += pod_ready(pod)
+    return counts
+
+
+def active(pods: list[dict[str, Any]]) -> bool:
+    return any(p.get("status", {}).get("phase") in ("Pending", "Running", None) for p in pods)
+
+
+def termination(pod: dict[str, Any]) -> str:
+    for cs in pod.get("status", {}).get("containerStatuses", []):
+        terminated = cs.get("state", {}).get("terminated") or cs.get("lastState", {}).get("terminated")
+        if terminated:
+            return f"container {cs.get('name')} exited with code {terminated.get('exitCode')} ({terminated.get('reason', 'Error')})"
+    return pod.get("status", {}).get("reason", "")
+
+
+def failed_pod(pods: list[dict[str, Any]]) -> str | None:
+    """A sentence naming the first failed pod, if any."""
+    for pod in sorted(pods, key=name):
+        if pod.get("status", {}).get("phase") == "Failed":
+            role = pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
+            reason = termination(pod)
+            return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
+    return None
+
+
+# --- Kueue's Workload -----------------------------------------------------------------------------
+
+
+def evictions(workloads: list[dict[str, Any]], jobset: dict[str, Any]) -> int:
+    """The RLJob's preemptions and other evictions: before this JobSet, plus what Kueue counted on its Workload."""
+    counted = sum(int(e.get("count", 0) or 0) for w in workloads
+                  for e in (w.get("status", {}).get("schedulingStats") or {}).get("evictions", []))
+    return _annotation(jobset, PREEMPTIONS_BEFORE) + counted
+
+
+def waiting_reason(workloads: list[dict[str, Any]]) -> tuple[str, str]:
+    """(reason, message) of a Workload that is not admitted, in Kueue's own words."""
+    for workload in workloads:
+        evicted = condition(workload, "Evicted")
+        if evicted is not None:
+            return evicted.get("reason", "Evicted"), f"evicted by Kueue: {evicted.get('message', '')}".strip()
+        for c in workload.get("status", {}).get("conditions", []):
+            if c.get("type") == "QuotaReserved" and c.get("status") == "False":
+                return c.get("reason", "Pending"), c.get("message", "")
+    if workloads:
+        return "Pending", "waiting for Kueue to admit the job"
+    return "WaitingForWorkload", "waiting for Kueue to make the job's Workload"
+
+
+def admitted(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Admitted condition of the job's Workload, when it holds."""
+    return next((c for w in workloads if (c := condition(w, "Admitted")) is not None), None)
+
+
+# --- the controller rank's progress ----------------------------------------------------------------
+
+
+def apply_progress(status: RLJobStatus, raw: str | None) -> None:
+    if not raw:
+        return
+    try:
+        report = ProgressReport.model_validate_json(raw)
+    except ValidationError:
+        return  # a half-written or foreign report: keep the last good numbers
+    status.step = report.step
+    status.total_steps = report.total_steps if report.total_steps is not None else status.total_steps
+    status.metrics = MetricsSnapshot(reward_mean=report.reward_mean, kl=report.kl, tokens_per_second=report.tokens_per_second)
+    if report.last_checkpoint is not None:
+        status.last_checkpoint = report.last_checkpoint

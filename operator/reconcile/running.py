@@ -1,0 +1,31 @@
+"""An admitted JobSet: its pods starting, running, or restarting after a failed pod."""
+
+from __future__ import annotations
+
+from .context import Context, Decision, finish
+from .deadline import seconds_left
+from .reading import failed_pod
+
+ACTIVE_SECONDS = 2.0
+RESYNC_SECONDS = 30.0
+
+
+def running(ctx: Context) -> Decision:
+    if ctx.status.start_time is None:
+        ctx.status.start_time = ctx.now
+    wanted = ctx.job.spec.roles.pods()
+    ready = sum(min(ctx.status.roles[r].ready, n) for r, n in wanted.items() if r in ctx.status.roles)
+    total = sum(wanted.values())
+    left = seconds_left(ctx)
+    if ctx.status.restarts > ctx.old.restarts:
+        limit = ctx.job.spec.run_policy.backoff_limit
+        cause = failed_pod(ctx.observed.pods) or "a pod failed"
+        message = f"{cause}; restarting every role from the last checkpoint (restart {ctx.status.restarts} of {limit})"
+        return finish(ctx, "Restarting", "PodFailed", message, requeue_after=ACTIVE_SECONDS,
+                      events=(("Warning", "GangRestart", message),))
+    if ready == total:
+        requeue = RESYNC_SECONDS if left is None else min(RESYNC_SECONDS, left)
+        return finish(ctx, "Running", "AllRanksRunning", f"all {total} pods are running", requeue_after=requeue)
+    requeue = ACTIVE_SECONDS if left is None else min(ACTIVE_SECONDS, left)
+    phase = "Restarting" if ctx.old.phase == "Restarting" else "Starting"
+    return finish(ctx, phase, "WaitingForPods", f"waiting for {total - ready} of {total} pods", requeue_after=requeue)

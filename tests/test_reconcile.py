@@ -1,0 +1,182 @@
+"""The reconcile's policies, as pure functions over what the API returns (no API server)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from kuberl.engine.config import CheckpointStatus, ProgressReport
+from kuberl.operator.api import RLJob, RLJobStatus
+from kuberl.operator.children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
+from kuberl.operator.manifest import load_rljobs
+from kuberl.operator.reconcile import Observed, decide
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+
+
+def demo(restarts: int = 0, phase: str | None = None, queue: str | None = None, **run_policy: object) -> RLJob:
+    job = load_rljobs(EXAMPLES / "dpo.yaml")[0]  # two actor pods, ref colocated
+    job.metadata.namespace = "ns"
+    for key, value in run_policy.items():
+        setattr(job.spec.run_policy, key, value)
+    job.spec.run_policy.scheduling.queue_name = queue
+    job.status = RLJobStatus(restarts=restarts, phase=phase, start_time=NOW - timedelta(seconds=10) if phase else None)
+    return job
+
+
+def jobset(restarts: int = 0, suspend: bool = False, conditions: tuple[str, ...] = (), before: int = 0,
+           preemptions_before: int = 0, deleting: bool = False) -> dict:
+    meta = {"name": "dpo-smollm2", "uid": "js-1",
+            "annotations": {RESTARTS_BEFORE: str(before), PREEMPTIONS_BEFORE: str(preemptions_before)}}
+    if deleting:
+        meta["deletionTimestamp"] = NOW.isoformat()
+    return {"metadata": meta, "spec": {"suspend": suspend},
+            "status": {"restarts": restarts, "conditions": [{"type": c, "status": "True", "message": f"{c} message"} for c in conditions]}}
+
+
+def pod(index: int, restart: int = 0, phase: str = "Running", ready: bool = True) -> dict:
+    return {
+        "metadata": {"name": f"dpo-smollm2-actor-0-{index}-x", "labels": {LABEL_ROLE: "actor", JOBSET_RESTART_LABEL: str(restart)}},
+        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                   **({"containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
+                      if phase == "Failed" else {})},
+    }
+
+
+def workload(*conditions: dict, evictions: int = 0) -> dict:
+    status: dict = {"conditions": list(conditions)}
+    if evictions:
+        status["schedulingStats"] = {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": evictions}]}
+    return {"metadata": {"name": "jobset-dpo-smollm2-abc"}, "status": status}
+
+
+def test_a_new_job_makes_its_jobset() -> None:
+    d = decide(demo(), Observed(), NOW)
+    assert d.create_jobset and d.status.phase == "Pending"
+
+
+def test_all_pods_ready_is_running_and_counted() -> None:
+    d = decide(demo(phase="Starting"), Observed(jobsets=[jobset()], pods=[pod(0), pod(1)]), NOW)
+    assert d.status.phase == "Running" and not d.create_jobset and d.status.start_time == NOW - timedelta(seconds=10)
+    assert d.status.roles["actor"].ready == 2
+    assert [(c.type, c.status) for c in d.status.conditions] == [("Running", "True")]
+
+
+def test_a_gang_restart_is_jobsets_own_and_counted_once() -> None:
+    # JobSet has recreated every Job after a failed pod: its restarts went up, the new pods start.
+    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, restart=0, phase="Failed"), pod(0, restart=1, ready=False)])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.restarts == 1 and d.status.phase == "Restarting"
+    assert "restart 1 of 3" in d.message and "(role actor) failed: container trainer exited with code 3" in d.message
+    assert [e[1] for e in d.events] == ["GangRestart"]
+    assert d.status.roles["actor"].active == 1  # the pods of the current restart only
+    again = demo(restarts=1, phase="Restarting")
+    d2 = decide(again, observed, NOW)
+    assert d2.status.restarts == 1 and not d2.events  # the same restart, seen twice, counts once
+
+
+def test_restarts_count_on_from_the_jobset_before() -> None:
+    d = decide(demo(restarts=2, phase="Running"), Observed(jobsets=[jobset(restarts=1, before=2)], pods=[pod(0, 1), pod(1, 1)]), NOW)
+    assert d.status.restarts == 3
+
+
+def test_a_failed_jobset_fails_the_job_with_its_pod() -> None:
+    observed = Observed(jobsets=[jobset(restarts=3, conditions=("Failed",))], pods=[pod(0, restart=3, phase="Failed")])
+    d = decide(demo(restarts=3, phase="Restarting"), observed, NOW)
+    assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "BackoffLimitExceeded"
+    assert "backoffLimit 3 reached after 3 restart(s)" in d.message and d.delete == ("jobset/dpo-smollm2",)
+
+
+def test_suspend_deletes_the_pods_and_clears_the_deadline_clock() -> None:
+    d = decide(demo(phase="Running", suspend=True), Observed(jobsets=[jobset()], pods=[pod(0)]), NOW)
+    assert d.status.phase == "Suspended" and d.delete == ("jobset/dpo-smollm2",) and d.status.start_time is None
+
+
+def test_resume_waits_for_the_old_jobset_to_go_then_makes_it_again() -> None:
+    job = demo(restarts=1, phase="Suspended")
+    d = decide(job, Observed(jobsets=[jobset(deleting=True)]), NOW)
+    assert not d.create_jobset and d.status.phase == "Pending" and "previous JobSet" in d.message
+    d = decide(job, Observed(), NOW)
+    assert d.create_jobset and d.status.restarts == 1  # the controller makes it with restarts-before = 1
+
+
+def test_deadline() -> None:
+    full = Observed(jobsets=[jobset()], pods=[pod(0), pod(1)])
+    d = decide(demo(phase="Running", active_deadline_seconds=5), full, NOW)
+    assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "DeadlineExceeded" and d.delete == ("jobset/dpo-smollm2",)
+    d = decide(demo(phase="Running", active_deadline_seconds=60), full, NOW)
+    assert d.status.phase == "Running" and d.requeue_after == pytest.approx(30.0)
+
+
+def test_completion_succeeds_and_ttl_deletes_later() -> None:
+    d = decide(demo(phase="Running"), Observed(jobsets=[jobset(conditions=("Completed",))]), NOW)
+    assert d.status.phase == "Succeeded" and d.status.completion_time == NOW
+    finished = demo(phase="Succeeded", ttl_seconds_after_finished=60)
+    finished.status.completion_time = NOW
+    assert decide(finished, Observed(), NOW + timedelta(seconds=30)).requeue_after == pytest.approx(30.0)
+    assert decide(finished, Observed(), NOW + timedelta(seconds=61)).delete_rljob
+
+
+def test_progress_report_fills_the_status_and_garbage_is_ignored() -> None:
+    checkpoint = CheckpointStatus(step=2, path="/checkpoints/demo/step-00000002", time=NOW)
+    report = ProgressReport(step=3, reward_mean=0.5, tokens_per_second=12.0, last_checkpoint=checkpoint).to_json()
+    d = decide(demo(phase="Starting"), Observed(jobsets=[jobset()], progress=report), NOW)
+    assert d.status.step == 3 and d.status.metrics.reward_mean == 0.5 and d.status.last_checkpoint == checkpoint
+    d = decide(demo(phase="Starting"), Observed(jobsets=[jobset()], progress="{not json"), NOW)
+    assert d.status.step is None
+
+
+def test_conditions_keep_their_transition_time_while_unchanged() -> None:
+    observed = Observed(jobsets=[jobset()], pods=[pod(0), pod(1)])
+    first = decide(demo(phase="Starting"), observed, NOW)
+    job = demo(phase="Running")
+    job.status = first.status
+    second = decide(job, observed, NOW + timedelta(minutes=5))
+    assert second.status.conditions[0].last_transition_time == NOW
+
+
+# --- Kueue ---------------------------------------------------------------------------------------
+
+
+def test_a_queued_job_waits_with_kueues_reason_and_no_deadline_clock() -> None:
+    job = demo(phase="Running", queue="team-a", active_deadline_seconds=5)  # its clock started 10 s ago
+    d = decide(job, Observed(jobsets=[jobset(suspend=True)]), NOW)
+    assert d.status.phase == "Queued" and d.status.conditions[0].reason == "WaitingForWorkload"
+    pending = workload({"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                        "message": "insufficient unused quota for nvidia.com/gpu in flavor h100, 8 more needed"})
+    d = decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[pending]), NOW + timedelta(hours=1))
+    queued = d.status.conditions[0]
+    assert (d.status.phase, queued.type, queued.reason) == ("Queued", "Queued", "Pending")
+    assert queued.message == "queue team-a: insufficient unused quota for nvidia.com/gpu in flavor h100, 8 more needed"
+    assert d.status.start_time is None  # an hour in the queue is not an hour of the deadline
+
+
+def test_admission_records_its_time_and_the_job_starts() -> None:
+    admitted = workload({"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True", "lastTransitionTime": NOW.isoformat()})
+    d = decide(demo(phase="Queued", queue="team-a"), Observed(jobsets=[jobset()], workloads=[admitted], pods=[pod(0, ready=False)]), NOW)
+    assert d.status.phase == "Starting" and d.status.admitted_time == NOW
+
+
+def test_a_preempted_job_waits_again_counting_a_preemption_not_a_restart() -> None:
+    job = demo(phase="Running", queue="team-a")
+    job.status.last_checkpoint = CheckpointStatus(step=7, path="/c/step-00000007")
+    evicted = workload({"type": "Evicted", "status": "True", "reason": "Preempted",
+                        "message": "Preempted to accommodate a workload (UID: x) due to prioritization in the ClusterQueue"},
+                       evictions=1)
+    # Kueue suspended the JobSet: its pods are stopping (SIGTERM, a checkpoint at the step boundary).
+    d = decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[evicted], pods=[pod(0, phase="Failed")]), NOW)
+    assert d.status.phase == "Queued" and d.status.preemptions == 1 and d.status.restarts == 0
+    assert d.status.conditions[-1].reason == "Preempted"
+    assert "evicted by Kueue: Preempted to accommodate" in d.message and "resumes from the checkpoint of step 7" in d.message
+    assert [e[1] for e in d.events] == ["Preempted"]
+    job.status = d.status
+    assert decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[evicted]), NOW).events == ()  # once
+
+
+def test_preemptions_count_on_from_the_jobset_before() -> None:
+    job = demo(phase="Queued", queue="team-a")
+    d = decide(job, Observed(jobsets=[jobset(suspend=True, preemptions_before=2)], workloads=[workload(evictions=1)]), NOW)
+    assert d.status.preemptions == 3
