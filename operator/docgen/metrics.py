@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from .docgen import cell, code, header, table
+from .markdown import cell, code, header, table
 
 
 def _families(registry) -> list[tuple[str, str, list[str], str]]:
@@ -34,8 +34,8 @@ def _engine() -> list[tuple[str, str, list[str], str]]:
 
 
 def _operator() -> list[tuple[str, str, list[str], str]]:
-    from .api import PHASES
-    from .controller import OperatorMetrics
+    from ..api import PHASES
+    from ..controller import OperatorMetrics
 
     metrics = OperatorMetrics()
     metrics.observe_phase(("namespace", "job"), PHASES[0])  # a labelled family shows its labels once it has a child

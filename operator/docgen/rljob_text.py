@@ -91,7 +91,7 @@ in the engine before any model loads. Every rule of the sections below is listed
 
 
 def cluster_rules() -> str:
-    from . import cluster_rules
+    from .. import cluster_rules
 
     doc = " ".join((cluster_rules.__doc__ or "").split())
     return (

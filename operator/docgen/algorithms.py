@@ -14,7 +14,7 @@ import io
 import typing
 from pathlib import Path
 
-from .docgen import cell, code, header, table
+from .markdown import cell, code, header, table
 
 _PPO = "Schulman et al., 2017, [Proximal Policy Optimization Algorithms](https://arxiv.org/abs/1707.06347)"
 _GAE = ("Schulman et al., 2016, [High-Dimensional Continuous Control Using Generalized Advantage Estimation]"
@@ -104,7 +104,7 @@ def _options(entry) -> str:
 
 
 def _cli_output() -> str:
-    from .cli import main
+    from ..cli import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

@@ -4,66 +4,32 @@
     .venv/bin/python -m kuberl.operator.docgen docs/ --check    # exit 1 when a committed page is stale
 
 Four pages are generated, each from its source of truth: the RLJob reference from the API models
-(docgen_rljob), the algorithm reference from the engine's registries (docgen_algorithms), the metrics
-list from the exporters' own registries (docgen_metrics) and the benchmark table from bench/results
-(docgen_bench). tests/test_docs.py fails when a committed page differs from what this writes.
+(rljob.py), the algorithm reference from the engine's registries (algorithms.py), the metrics list
+from the exporters' own registries (metrics.py) and the benchmark table from bench/results (bench.py). tests/test_docs.py fails when a committed page differs from what this writes.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
-import json
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-COMMAND = ".venv/bin/python -m kuberl.operator.docgen docs/"
-
-
-def header(source: str) -> str:
-    """The comment every generated page starts with: what it is made from and how to remake it."""
-    return (f"<!-- Generated from {source} by `{COMMAND}` (or `make docs`). Do not edit this page:\n"
-            "     change its source and regenerate; tests/test_docs.py fails when it is stale. -->\n\n")
-
-
-def cell(text: str, emphasis: bool = False) -> str:
-    """Text for a Markdown table cell: one line, no cell separator, no stray HTML, and (unless `emphasis`)
-    no emphasis from a star, as in tp*pp*dp; backticks keep making code."""
-    text = " ".join(str(text).split()).replace("|", "&#124;").replace("<", "&lt;").replace(">", "&gt;")
-    return text if emphasis else text.replace("*", "&#42;")
-
-
-_MARKDOWN = {c: f"&#{ord(c)};" for c in "\\`*_{}[]()#+!|~"}
-
-
-def code(value: Any) -> str:
-    """A literal in a table cell: HTML code whose Markdown characters are entities, so that a pipe, a bracket
-    or an underscore inside it stays literal."""
-    text = html.escape(value if isinstance(value, str) else json.dumps(value), quote=False)
-    return "<code>" + "".join(_MARKDOWN.get(c, c) for c in text) + "</code>"
-
-
-def table(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
-
+from . import algorithms, bench, metrics, rljob
+from .bench import assets
+from .markdown import COMMAND
 
 def _pages() -> dict[str, Callable[[Path], str]]:
-    from . import docgen_algorithms, docgen_bench, docgen_metrics, docgen_rljob
-
     return {
-        "reference/rljob.md": docgen_rljob.page,
-        "reference/algorithms.md": docgen_algorithms.page,
-        "reference/metrics.md": docgen_metrics.page,
-        "benchmarks.md": docgen_bench.page,
+        "reference/rljob.md": rljob.page,
+        "reference/algorithms.md": algorithms.page,
+        "reference/metrics.md": metrics.page,
+        "benchmarks.md": bench.page,
     }
 
 
 def generate(repo: Path) -> dict[str, str | bytes]:
     """Every generated page (and the images they show), by its path under docs/, as the code and bench/results say now."""
-    from .docgen_bench import assets
 
     return {**{name: make(repo) for name, make in _pages().items()}, **assets(repo)}
 
@@ -97,6 +63,3 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {target}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from .docgen import cell, code, header, table
+from .markdown import cell, code, header, table
 
 PY = ".venv/bin/python"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .docgen import cell, code, header, table
-from .docgen_rljob_text import GLANCE, VALIDATING, cluster_rules
+from .markdown import cell, code, header, table
+from .rljob_text import GLANCE, VALIDATING, cluster_rules
 
 _POD = "https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/"
 # Kubernetes' own types, embedded as they are in a PodSpec: one line each, with a link to their documentation.
@@ -54,7 +54,7 @@ def anchor(path: str) -> str:
 
 
 def _embedded(cls: type) -> str | None:
-    from .api import kube_types
+    from ..api import kube_types
 
     for base in cls.__mro__:
         if base.__module__ == kube_types.__name__ and base.__name__ in EMBEDDED:
@@ -95,7 +95,7 @@ def _type(node: dict[str, Any]) -> str:
 def _pattern(regex: str) -> str:
     from kuberl.engine.config.base import PATTERN_MEANINGS
 
-    from .api import kube_grammar as g
+    from ..api import kube_grammar as g
 
     words = {**PATTERN_MEANINGS, g.DNS1123_SUBDOMAIN: "a DNS-1123 subdomain", g.DNS1123_LABEL: "a DNS-1123 label",
              g.LABEL_VALUE: "a label value", g.LABEL_KEY: "a label key ([prefix/]name)", g.ENV_VAR_NAME: "an environment variable name"}
@@ -224,7 +224,7 @@ def attach_rules(walk: Walk) -> None:
 
 
 def _immutable(walk: Walk) -> None:
-    from .api.spec import IMMUTABLE_FIELDS
+    from ..api.spec import IMMUTABLE_FIELDS
 
     for name in IMMUTABLE_FIELDS:
         walk.rows[f"spec.{name}"].notes.append("Immutable once the RLJob exists (the API server refuses a change).")
@@ -237,8 +237,8 @@ def _field_cell(path: str) -> str:
 
 
 def page(repo: Path) -> str:
-    from .api import RLJob
-    from .crd import rljob_crd
+    from ..api import RLJob
+    from ..crd import rljob_crd
 
     crd = rljob_crd()
     version = crd["spec"]["versions"][0]
