@@ -15,6 +15,8 @@ WORKDIR /src
 COPY pyproject.toml ./
 COPY operator ./operator
 COPY engine ./engine
+# pyproject.toml lists kuberl.client (the job commands' client): the package build needs its folder.
+COPY client ./client
 # The base install (no extras) is exactly the operator's dependencies.
 RUN pip install . && rm -rf /src
 

@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries scheduling-binaries node-deps node-binaries images push prometheus test crd lock main-job bench-setup dist docs
+.PHONY: setup kube-binaries scheduling-binaries node-deps node-binaries images push prometheus test crd lock main-job agent-demo bench-setup dist docs
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
@@ -31,7 +31,9 @@ prometheus:  ## Debian's prometheus and promtool, unpacked once into ~/.cache/ku
 	@# Not fatal here: without it the monitoring tests fail with the reason, and every other test still runs.
 	-bash scripts/prometheus.sh >/dev/null
 
-test: setup node-deps kube-binaries scheduling-binaries node-binaries prometheus  ## run the test suite (the real-node tests build the images on first use)
+test: setup node-deps kube-binaries scheduling-binaries node-binaries prometheus  ## run the test suite
+	@# The images are built here, not in a test fixture: a cold build takes longer than one test's timeout.
+	bash scripts/images.sh >/dev/null
 	$(VENV)/bin/pytest
 
 crd: setup  ## regenerate crds/ from the API models
@@ -47,6 +49,9 @@ lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.tom
 
 main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 2.5 minutes on 2 cores)
 	$(VENV)/bin/kuberl run examples/grpo-smollm2-arith.yaml
+
+agent-demo: setup  ## the agentic demo: SmolLM2-135M learns to call a calculator (accuracy before/after, with and without it; docs/agents.md)
+	$(PY) bench/agent/run.py
 
 bench-setup: setup  ## what bench/grpo needs besides .venv: TRL (its baseline), within the lock's versions
 	$(UV) pip install --quiet --python $(PY) --constraint requirements/cpu.lock trl==1.16.0 datasets==5.2.0

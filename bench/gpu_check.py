@@ -58,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("nccl" if device == "cuda" else "gloo", rank=0, world_size=1)
 
     from kuberl.engine.models.arch import LlamaArch
-    from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
+    from kuberl.engine.models.loading import (
+        gguf_to_hf_folder,
+        read_hf_config,
+        read_hf_state_dict,
+        smollm2_gguf,
+    )
     from kuberl.engine.rollout.vllm_backend import VLLMRollout
-    from kuberl.engine.runtime.world import init_model_parallel
+    from kuberl.engine.distributed.world import init_model_parallel
 
     init_model_parallel(1, 1, seed=0)
     folder = args.model or gguf_to_hf_folder(smollm2_gguf())
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 def sampled_batch(rollout, report: dict):
     """SAMPLES completions of each prompt, as the trainer's packed rows (a group shares its prompt)."""
     from kuberl.engine.rollout.vllm_backend import Sampling
-    from kuberl.engine.runtime.sequences import pack
+    from kuberl.engine.training.sequences import pack
 
     started = time.perf_counter()
     completions = rollout.generate(PROMPT_IDS, Sampling(max_new_tokens=24, temperature=1.0, n=SAMPLES))
@@ -99,7 +104,7 @@ def sampled_batch(rollout, report: dict):
 
 def packed_matches_padded(arch, state, batch, report: dict) -> float:
     """The largest difference of a response token's log-prob between the two layouts (fp32)."""
-    from kuberl.engine.runtime.policy import MegatronLM
+    from kuberl.engine.training.policy import MegatronLM
 
     logprobs = {}
     for name, layout in (("padded", {}), ("packed_shared_prefix", {"packed": True, "share_prefix": True})):
@@ -120,8 +125,8 @@ def train_switch_and_train_again(arch, state, dtype, batch, rollout, report: dic
     from kuberl.engine.config.trainer import OptimizerSpec
     from kuberl.engine.models.convert import megatron_to_hf
     from kuberl.engine.rollout.vllm_backend import Sampling
-    from kuberl.engine.runtime.loss_scale import UpdateTotals
-    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.training.loss_scale import UpdateTotals
+    from kuberl.engine.training.policy import MegatronLM, response_logprobs_from_logits
 
     def nll(logits, mb, totals: UpdateTotals):
         return -(response_logprobs_from_logits(logits, mb).sum() / totals.tokens), {}

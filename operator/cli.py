@@ -69,24 +69,24 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     print("advantage estimators")
     for e in sorted(A.ADVANTAGES.values(), key=lambda e: e.name):
         needs = ", ".join(n for n, on in (("critic", e.needs_critic), (f"samplesPerPrompt >= {e.min_samples}", e.min_samples > 1),
-                                          ("a greedy rollout per prompt", e.needs_greedy)) if on)
-        print(f"  {e.name:<14} {e.summary}\n  {'':<14} options: {options(e)}; needs: {needs or '-'}")
+                                          ("a greedy rollout per prompt", e.needs_greedy),
+                                          ("one more forward of the actor (squared probabilities)", e.needs_pi_squared)) if on)
+        print(f"  {e.name:<26} {e.summary}\n  {'':<26} options: {options(e)}; needs: {needs or '-'}")
     print("policy losses")
     for loss in sorted(A.POLICY_LOSSES.values(), key=lambda e: e.name):
-        print(f"  {loss.name:<14} {loss.summary}\n  {'':<14} options: {options(loss)}")
+        traits = "".join(f"; {t}" for t, on in (("over preference pairs", loss.pairs), ("corrects the rollout itself", loss.corrects_rollout)) if on)
+        print(f"  {loss.name:<26} {loss.summary}\n  {'':<26} options: {options(loss)}{traits}")
     from kuberl.engine.steps import STEPS
 
     print("step functions (algorithm.step)")
     for step in sorted(STEPS.values(), key=lambda e: e.name):
-        print(f"  {step.name:<16} {step.summary}")
+        print(f"  {step.name:<26} {step.summary}")
     print("presets (algorithm.name)")
-    import typing
+    from kuberl.engine.config.algorithm import AlgorithmSpec
 
-    from kuberl.engine.config.algorithm import AlgorithmName, AlgorithmSpec
-
-    for name in typing.get_args(AlgorithmName):
+    for name in A.PRESETS:
         choice = A.choice_of(AlgorithmSpec(name=name))
-        print(f"  {name:<14} advantage {choice.advantage or '-'}, policy loss {choice.policy_loss or 'dpo (preference pairs)'}, "
+        print(f"  {name:<26} {A.PRESETS[name].summary}\n  {'':<26} advantage {choice.advantage or '-'}, policy loss {choice.policy_loss}, "
               f"step {choice.step}")
     return 0
 
@@ -137,7 +137,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _cmd_initialize(args: argparse.Namespace) -> int:
-    from kuberl.engine.initializer import main as initialize_main  # huggingface_hub: the trainer image's
+    from kuberl.engine.hub.initializer import main as initialize_main  # huggingface_hub: the trainer image's
 
     return initialize_main()
 
@@ -210,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--default-image", help="trainer image for RLJobs that name none (without it, such a job is refused)")
     op.add_argument("--hub-endpoint", help="HF_ENDPOINT of the initializers: a Hugging Face hub mirror or proxy (default: the public hub)")
     op.set_defaults(func=_cmd_operator)
+
+    from .cli_jobs import add_job_commands  # submit, list, status, logs, wait, suspend, resume, delete
+
+    add_job_commands(sub)
     return parser
 
 

@@ -37,7 +37,7 @@ def _own_pods(spec: RLJobSpec, role: str) -> str:
 
 
 def engine_paths(spec: RLJobSpec) -> list[EnginePath]:
-    """Every local path of the spec, with the roles that open it (engine/runtime: rl.py, roles.py, checks.py)."""
+    """Every local path of the spec, with the roles that open it (engine/runtime: rl.py, role_worker.py, checks.py)."""
     present = list(spec.roles.present())
     model_roles = tuple(dict.fromkeys(_own_pods(spec, r) for r in present if r != "reward"))
     every_pod = tuple(dict.fromkeys(_own_pods(spec, r) for r in present))
@@ -62,6 +62,9 @@ def engine_paths(spec: RLJobSpec) -> list[EnginePath]:
         add("reward.python.path", spec.reward.python.path, ACTOR_ONLY)  # scored on the controller rank
     for i, plugin in enumerate(spec.algorithm.plugins):
         add(f"algorithm.plugins[{i}].path", plugin.path, every_pod)  # every rank loads the plug-ins
+    multi_turn = spec.rollout.multi_turn if spec.rollout is not None else None
+    for i, tool in enumerate(multi_turn.tools if multi_turn is not None else []):
+        add(f"rollout.multiTurn.tools[{i}].path", tool.path, ACTOR_ONLY)  # every actor rank runs its replica's tool calls
     add("trainer.exportPath", spec.trainer.export_path, ACTOR_ONLY, writes=True)
     for i, tracker in enumerate(spec.monitoring.tracking):
         add(f"monitoring.tracking[{i}].path", tracker.path, ACTOR_ONLY, writes=True)

@@ -25,9 +25,17 @@ from .api import (
     RLJobSpec,
     RLJobStatus,
 )
+from .api import kube_types
 from .api.resource import metadata_schema
 
 CRD_FILE_NAME = f"{GROUP}_{PLURAL}.yaml"
+
+# Kubernetes' own types (affinity, volumes, ...) keep only the description of the RLJob field that
+# holds them; their inner fields are documented by Kubernetes (`kubectl explain pod.spec.affinity`).
+# Repeated in every role, their inner descriptions would cost about 25 KiB of a CRD that client-side
+# `kubectl apply` must fit in one 256 KiB annotation.
+_KUBE_TYPES = frozenset(name for name, value in vars(kube_types).items()
+                        if isinstance(value, type) and value.__module__ == kube_types.__name__)
 
 # Keys of JSON Schema that a structural schema may carry over unchanged.
 _KEPT = {
@@ -54,7 +62,11 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
         target = defs[node["$ref"].rsplit("/", 1)[-1]]
         # A field's own description and default win over those of the model it refers to.
         merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-        return _convert(merged, defs, where)
+        converted = _convert(merged, defs, where)
+        if node["$ref"].rsplit("/", 1)[-1] in _KUBE_TYPES:
+            own = {"description": converted["description"]} if "description" in converted else {}
+            return {**own, **_without_descriptions(converted)}
+        return converted
 
     if node.get("x-kubernetes-int-or-string"):
         out = {k: v for k, v in node.items() if k in _KEPT}
@@ -124,6 +136,14 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
     return out
 
 
+def _without_descriptions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_descriptions(v) for k, v in node.items() if k != "description"}
+    if isinstance(node, list):
+        return [_without_descriptions(v) for v in node]
+    return node
+
+
 def _without_nulls(value: Any) -> Any:
     """A default as the API server must see it: unset optional fields left out, not null."""
     if isinstance(value, dict):
@@ -181,6 +201,10 @@ def rljob_crd() -> dict[str, Any]:
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                         {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
                         {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rewardMean"},
+                        {"name": "Progress", "type": "integer", "jsonPath": ".status.progress",
+                         "description": "percent of totalSteps done"},
+                        {"name": "ETA", "type": "integer", "jsonPath": ".status.etaSeconds",
+                         "description": "seconds until the last step, as estimated at the last step"},
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],

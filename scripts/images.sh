@@ -70,7 +70,7 @@ printf 'PAUSE_IMAGE=%s\nPAUSE_ARCHIVE=%s\n' "$pause_ref" "$pause_archive"
 build() {
   local name=$1 dockerfile=$2; shift 2
   local key
-  key=$(printf '%s %s %s\n' "$base_key" "$*" "$(hash_of "$dockerfile" pyproject.toml requirements operator engine)" | sha256sum | cut -c1-16)
+  key=$(printf '%s %s %s\n' "$base_key" "$*" "$(hash_of "$dockerfile" pyproject.toml requirements operator engine client)" | sha256sum | cut -c1-16)
   local ref=localhost/kuberl-$name:$key archive=$cache/$name-$key.tar
   if [ ! -f "$archive" ]; then
     local started

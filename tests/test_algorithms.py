@@ -89,7 +89,7 @@ def test_reinforce_pp_advantages_whitened_returns():
 
 def test_policy_loss_on_policy_is_minus_advantage():
     logp = torch.tensor([[-1.0, -2.0]])
-    loss, stats = A.policy_loss(logp, logp, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2), clip_low=0.2)
+    loss, stats = A.policy_loss(A.LossInputs(logp, logp, torch.tensor([[2.0, -1.0]]), torch.ones(1, 2)), clip_low=0.2)
     close(loss, -0.5)
     close(stats["clip_fraction"], 0.0)
 
@@ -99,17 +99,17 @@ def test_policy_loss_clips_both_sides():
     logp = torch.tensor([[math.log(1.5), math.log(0.5)]])
     adv = torch.tensor([[2.0, -1.0]])
     # token 0: r = 1.5, A = 2: max(-3, -2.4) = -2.4; token 1: r = 0.5, A = -1: max(0.5, 0.8) = 0.8
-    loss, stats = A.policy_loss(logp, old, adv, torch.ones(1, 2), clip_low=0.2)
+    loss, stats = A.policy_loss(A.LossInputs(logp, old, adv, torch.ones(1, 2)), clip_low=0.2)
     close(loss, (-2.4 + 0.8) / 2)
     close(stats["clip_fraction"], 1.0)
     # A wider upper bound (clip-higher) lets token 0 keep its ratio: max(-3, -3) = -3
-    loss, _ = A.policy_loss(logp, old, adv, torch.ones(1, 2), clip_low=0.2, clip_high=0.6)
+    loss, _ = A.policy_loss(A.LossInputs(logp, old, adv, torch.ones(1, 2)), clip_low=0.2, clip_high=0.6)
     close(loss, (-3.0 + 0.8) / 2)
 
 
 def test_policy_loss_gradient_flows_only_unclipped():
     logp = torch.tensor([[math.log(1.5), 0.0]], requires_grad=True)
-    loss, _ = A.policy_loss(logp, torch.zeros(1, 2), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2), clip_low=0.2)
+    loss, _ = A.policy_loss(A.LossInputs(logp, torch.zeros(1, 2), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2)), clip_low=0.2)
     loss.backward()
     # token 0 is clipped (no gradient); token 1: d/dlogp of -A r / 2 at r = 1 is -1
     close(logp.grad, [[0.0, -1.0]])
@@ -180,9 +180,9 @@ def test_group_estimators_through_the_registry_equal_their_functions():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(KeyError, match="known: gae, gpg, grpo, grpo_passk, opo, reinforce_pp, remax, rloo"):
+    with pytest.raises(KeyError, match="known: gae, gdpo, gpg, grpo, grpo_passk, opo, optimal_token_baseline, reinforce_pp, remax, rloo, tir_optimal_token_baseline"):
         A.advantage_estimator("gea")
-    with pytest.raises(KeyError, match="known: cispo, clip_cov, gmpo, gpg, gspo, kl_cov, ppo_clip, sapo"):
+    with pytest.raises(KeyError, match="known: bypass, cispo, clip_cov, dpo, dppo_kl, dppo_tv, dro, gmpo, gpg, gspo, kl_cov, ppo_clip, sapo"):
         A.policy_loss_entry("ppo")
 
 
@@ -216,6 +216,7 @@ def test_cli_lists_every_registered_entry(kuberl_cli):
     # Option names as a manifest spells them: camelCase, and GAE's lambda as ppo.gae spells it.
     assert "lambda=0.95, whiten=true" in out and "clipLow=0.2" in out and "clip_low" not in out and "lam=" not in out
     assert "needs: critic" in out and "needs: a greedy rollout per prompt" in out
+    assert "handleZeroTail=false" in out and "lossType=\"ppo_clip\", rolloutIs=\"token\", isThreshold=2.0" in out and "is_threshold" not in out
     for preset in ("dapo", "gspo", "cispo", "dr_grpo"):
         assert f"  {preset} " in out
 
@@ -241,16 +242,18 @@ def test_gpg_scales_by_batch_over_informative_samples():
 def test_dual_clip_caps_the_loss_of_negative_advantages():
     logp, old = torch.log(torch.tensor([[5.0]])), torch.zeros(1, 1)  # ratio 5
     mask, adv = torch.ones(1, 1), torch.tensor([[-1.0]])
-    plain, _ = A.policy_loss(logp, old, adv, mask, clip_low=0.2)
-    capped, _ = A.policy_loss(logp, old, adv, mask, clip_low=0.2, dual_clip=3.0)
+    plain, _ = A.policy_loss(A.LossInputs(logp, old, adv, mask), clip_low=0.2)
+    capped, _ = A.policy_loss(A.LossInputs(logp, old, adv, mask), clip_low=0.2, dual_clip=3.0)
     assert float(plain) == pytest.approx(5.0) and float(capped) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):  # at or below 1 it would cut the clipped objective itself
+        A.policy_loss(A.LossInputs(logp, old, adv, mask), dual_clip=1.0)
 
 
 def test_gspo_uses_the_sequence_ratio_for_every_token():
     # Token log-ratios 0.2 and -0.1: sequence ratio exp(0.05), shared by both tokens.
     old = torch.zeros(1, 2)
     logp = torch.tensor([[0.2, -0.1]], requires_grad=True)
-    loss, stats = A.POLICY_LOSSES["gspo"].fn(logp, old, torch.ones(1, 2), torch.ones(1, 2), clip_low=1.0, clip_high=1.0)
+    loss, stats = A.POLICY_LOSSES["gspo"].fn(A.LossInputs(logp, old, torch.ones(1, 2), torch.ones(1, 2)), clip_low=1.0, clip_high=1.0)
     assert float(loss.detach()) == pytest.approx(-math.exp(0.05), rel=1e-6)
     loss.backward()
     # d/dlogp_t of -mean_t(sg(s) exp(logp_t - sg(logp_t))) = -s / 2 for each token.
@@ -259,7 +262,7 @@ def test_gspo_uses_the_sequence_ratio_for_every_token():
 
 def test_gspo_clips_the_sequence_ratio():
     logp = torch.tensor([[0.5, 0.5]], requires_grad=True)  # s = e^0.5, far past 1 + 4e-4
-    loss, stats = A.POLICY_LOSSES["gspo"].fn(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+    loss, stats = A.POLICY_LOSSES["gspo"].fn(A.LossInputs(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2)))
     assert float(loss.detach()) == pytest.approx(-(1 + 4e-4)) and float(stats["clip_fraction"]) == 1.0
     loss.backward()
     assert torch.count_nonzero(logp.grad) == 0
@@ -268,7 +271,7 @@ def test_gspo_clips_the_sequence_ratio():
 def test_cispo_detaches_a_clipped_weight_and_keeps_every_gradient():
     old = torch.zeros(1, 2)
     logp = torch.tensor([[math.log(2.0), math.log(10.0)]], requires_grad=True)  # ratios 2 and 10
-    loss, stats = A.POLICY_LOSSES["cispo"].fn(logp, old, torch.ones(1, 2), torch.ones(1, 2), clip_high=4.0)
+    loss, stats = A.POLICY_LOSSES["cispo"].fn(A.LossInputs(logp, old, torch.ones(1, 2), torch.ones(1, 2)), clip_high=4.0)
     # weights 2 and min(10, 5) = 5; loss = -mean(w * logp)
     assert float(loss.detach()) == pytest.approx(-(2 * math.log(2.0) + 5 * math.log(10.0)) / 2)
     loss.backward()
@@ -278,18 +281,18 @@ def test_cispo_detaches_a_clipped_weight_and_keeps_every_gradient():
 
 def test_gpg_loss_is_the_plain_policy_gradient():
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    loss, _ = A.POLICY_LOSSES["gpg"].fn(logp, logp.detach(), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2))
+    loss, _ = A.POLICY_LOSSES["gpg"].fn(A.LossInputs(logp, logp.detach(), torch.tensor([[2.0, 2.0]]), torch.ones(1, 2)))
     assert float(loss.detach()) == pytest.approx(3.0)
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-1.0, -1.0]]))
 
 
 def test_the_apis_catalog_is_generated_from_the_registries(repo):
-    from kuberl.engine.algorithms import catalog
+    from kuberl.engine.runtime import catalog
 
     on_disk = (repo / "engine" / "config" / "algorithm_catalog.py").read_text()
     assert on_disk == catalog.generate(), (
-        "engine/config/algorithm_catalog.py is stale: run .venv/bin/python -m kuberl.engine.algorithms.catalog > engine/config/algorithm_catalog.py"
+        "engine/config/algorithm_catalog.py is stale: run .venv/bin/python -m kuberl.engine.runtime.catalog > engine/config/algorithm_catalog.py"
     )
 
 
@@ -316,7 +319,7 @@ def test_every_preset_samples_exactly_when_its_step_does(name: str) -> None:
 
 
 def test_reinforce_pp_baseline_follows_the_samples_per_prompt_by_default():
-    """With one sample per prompt the group mean is the sample itself, so by default no baseline is taken (plain
+    """With one sample per prompt there is no group to take a mean of, so by default no baseline is taken (plain
     REINFORCE++); with several, the group mean is subtracted (REINFORCE++-baseline), as an explicit baseline=True."""
     estimator = A.advantage_estimator("reinforce_pp")
     mask = torch.ones(4, 3)
@@ -324,7 +327,8 @@ def test_reinforce_pp_baseline_follows_the_samples_per_prompt_by_default():
     plain = estimator.fn(singles).advantages
     assert plain.abs().sum() > 0
     assert torch.equal(plain, estimator.fn(singles, baseline=False).advantages)
-    assert torch.equal(estimator.fn(singles, baseline=True).advantages, torch.zeros(4, 3))  # why the default is not True
+    # A group of one keeps its score under the baseline, as in verl's REINFORCE++-baseline: never all zeros.
+    assert torch.equal(estimator.fn(singles, baseline=True).advantages, plain)
     groups = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 2.0, 5.0]), group=torch.tensor([0, 0, 1, 1]), mask=mask)
     assert torch.equal(estimator.fn(groups).advantages, estimator.fn(groups, baseline=True).advantages)
     assert not torch.equal(estimator.fn(groups).advantages, estimator.fn(groups, baseline=False).advantages)

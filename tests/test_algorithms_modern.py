@@ -49,7 +49,7 @@ def test_grpo_passk_credits_only_the_best_sample_by_its_margin():
 def test_sapo_gate_on_policy_gives_the_plain_policy_gradient(advantage, tau, value):
     # On policy r = 1: gate 4/tau * sigmoid(0) = 2/tau, and its slope in log p is 4/tau * 1/4 * tau = 1.
     logp = torch.tensor([[-1.0]], requires_grad=True)
-    loss, _ = A.policy_loss_entry("sapo").fn(logp, torch.tensor([[-1.0]]), torch.tensor([[advantage]]), torch.ones(1, 1))
+    loss, _ = A.policy_loss_entry("sapo").fn(A.LossInputs(logp, torch.tensor([[-1.0]]), torch.tensor([[advantage]]), torch.ones(1, 1)))
     loss.backward()
     assert loss.item() == pytest.approx(value)
     assert logp.grad.item() == pytest.approx(-advantage)
@@ -57,7 +57,7 @@ def test_sapo_gate_on_policy_gives_the_plain_policy_gradient(advantage, tau, val
 
 def test_sapo_fades_the_gradient_far_from_the_old_policy():
     logp = torch.tensor([[0.0, 1.0]], requires_grad=True)  # ratios 1 and e against old log p 0
-    loss, _ = A.policy_loss_entry("sapo").fn(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2), aggregation="seq_mean_token_sum")
+    loss, _ = A.policy_loss_entry("sapo").fn(A.LossInputs(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2)), aggregation="seq_mean_token_sum")
     loss.backward()
     r = math.e
     sig = 1 / (1 + math.exp(-(r - 1)))
@@ -73,17 +73,17 @@ def _cov_batch():
 
 def test_clip_cov_freezes_the_tokens_of_largest_covariance_within_bounds():
     logp, adv, mask = _cov_batch()
-    loss, stats = A.policy_loss_entry("clip_cov").fn(logp, logp.detach(), adv, mask, fraction=1 / 3)
+    loss, stats = A.policy_loss_entry("clip_cov").fn(A.LossInputs(logp, logp.detach(), adv, mask), fraction=1 / 3, cov_high=5.5)
     loss.backward()
-    # One token (a third) is frozen: the largest term in [1, 5], token 0. Token 2 keeps -A/3 = 1.
+    # One token (a third) is frozen: the largest term strictly inside (1, 5.5), token 0. Token 2 keeps -A/3 = 1.
     assert torch.allclose(logp.grad, torch.tensor([[0.0, 0.0, 1.0]]))
-    assert loss.item() == pytest.approx(0.0)  # the frozen token still counts in the value
+    assert loss.item() == pytest.approx(1.0)  # the frozen token's loss is 0, as verl's weight of 0 makes it
     assert stats["cov_frozen_fraction"].item() == pytest.approx(1 / 3)
 
 
 def test_clip_cov_bounds_exclude_outliers():
     logp, adv, mask = _cov_batch()
-    loss, stats = A.policy_loss_entry("clip_cov").fn(logp, logp.detach(), adv, mask, fraction=1 / 3, cov_high=4.5)
+    loss, stats = A.policy_loss_entry("clip_cov").fn(A.LossInputs(logp, logp.detach(), adv, mask), fraction=1 / 3, cov_high=4.5)
     loss.backward()
     assert torch.allclose(logp.grad, torch.tensor([[-1.0, 0.0, 0.0]]))  # token 0 (5) is above the bound; token 2 frozen
 
@@ -91,7 +91,7 @@ def test_clip_cov_bounds_exclude_outliers():
 def test_kl_cov_penalises_the_tokens_of_largest_covariance():
     logp, adv, mask = _cov_batch()
     old = logp.detach() - 0.5  # every ratio is e^0.5
-    loss, stats = A.policy_loss_entry("kl_cov").fn(logp, old, adv, mask, fraction=1 / 3, kl_coef=1.0)
+    loss, stats = A.policy_loss_entry("kl_cov").fn(A.LossInputs(logp, old, adv, mask), fraction=1 / 3, kl_coef=1.0)
     loss.backward()
     e = math.exp(0.5)
     assert loss.item() == pytest.approx((-3 * e + 0.5 + 0 + 3 * e) / 3)
@@ -106,7 +106,7 @@ def test_kl_cov_penalises_the_tokens_of_largest_covariance():
 ])
 def test_gmpo_is_the_clipped_geometric_mean_ratio(advantage, log_ratios, expected):
     old = torch.zeros(1, 2)
-    loss, _ = A.policy_loss_entry("gmpo").fn(torch.tensor([log_ratios]), old, torch.full((1, 2), advantage), torch.ones(1, 2))
+    loss, _ = A.policy_loss_entry("gmpo").fn(A.LossInputs(torch.tensor([log_ratios]), old, torch.full((1, 2), advantage), torch.ones(1, 2)))
     assert loss.item() == pytest.approx(expected)
 
 
@@ -128,7 +128,7 @@ def test_informative_groups_drops_equal_rewards_and_single_samples():
      {"clip_low": 0.2, "clip_high": None, "aggregation": "seq_mean_token_sum_norm"}, "on_policy"),
     ("gspo", "grpo", {}, "gspo", {}, "on_policy"),
     ("cispo", "grpo", {}, "cispo", {}, "on_policy"),
-    ("dpo", "", {}, "", {}, "dpo"),
+    ("dpo", "", {}, "dpo", {"beta": 0.1, "label_smoothing": 0.0}, "dpo"),
 ])
 def test_presets_fill_estimator_loss_and_step(name, advantage, options, loss, loss_options, step):
     choice = A.choice_of(AlgorithmSpec(name=name))
@@ -159,7 +159,7 @@ def test_rollout_records_select_and_concatenate_groups():
 
 
 def test_update_plan_lists_every_update_of_a_step_in_order():
-    from kuberl.engine.runtime.sequences import MiniBatch, update_plan
+    from kuberl.engine.training.sequences import MiniBatch, update_plan
 
     plan = update_plan(rows=10, mini_batch_size=4, epochs=2, lr_of_update=lambda i: 0.1 * (i + 1))
     assert [(u.start, u.end) for u in plan] == [(0, 4), (4, 8), (8, 10)] * 2

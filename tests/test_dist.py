@@ -72,10 +72,11 @@ def test_wheel_holds_the_kuberl_package_only(dist: Path) -> None:
     # No top-level `operator` (it would shadow Python's operator module) nor `engine`.
     assert {name.split("/")[0] for name in names} == {"kuberl", f"kuberl-{VERSION}.dist-info"}
     assert zipfile.ZipFile(dist / WHEEL).read(f"kuberl-{VERSION}.dist-info/top_level.txt").decode().split() == ["kuberl"]
-    # Every file of operator/ and engine/ that dist.sh built from (the files git tracks or would
-    # track), as kuberl/operator/... and kuberl/engine/...: a module or data file the build config
-    # misses fails here.
-    tree = run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "operator", "engine"], cwd=REPO).stdout.split()
+    # Every file of operator/, engine/ and client/ that dist.sh built from (the files git tracks or
+    # would track), as kuberl/operator/..., kuberl/engine/... and kuberl/client/...: a module or data
+    # file the build config misses fails here.
+    tree = run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "operator", "engine", "client"],
+               cwd=REPO).stdout.split()
     want = {f"kuberl/{path}" for path in tree if (REPO / path).is_file()}
     assert {name for name in names if name.startswith("kuberl/")} == want
 

@@ -90,7 +90,7 @@ def initialize(tmp_path: Path, endpoint: str, cache: Path, config: EngineConfig,
     if token is not None:
         environ["HF_TOKEN"] = token
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kuberl.engine.initializer"], env=environ, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "kuberl.engine.hub.initializer"], env=environ, capture_output=True,
                           text=True, timeout=120)
     seconds = time.monotonic() - started
     assert termination_log.is_file(), f"no report written\n{done.stdout}\n{done.stderr}"
@@ -207,7 +207,8 @@ def test_a_cache_volume_too_small_fails_before_downloading_against_a_hub_stand_i
         import shutil
         from collections import namedtuple
 
-        from kuberl.engine.initializer import Hub, initialize as initialize_here
+        from kuberl.engine.hub.initializer import initialize as initialize_here
+        from kuberl.engine.hub.settings import Hub
 
         usage = namedtuple("usage", "total used free")
         monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(64 * 1024, 0, 64 * 1024))
@@ -251,7 +252,7 @@ def test_trainer_pods_load_the_cached_snapshot_offline_against_a_hub_stand_in(
         tmp_path: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModelForCausalLM
 
-    from kuberl.engine.runtime.resolve import ModelNotFound, model_folder
+    from kuberl.engine.models.resolve import ModelNotFound, model_folder
 
     cache = tmp_path / "cache"
     assert initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO)).code == 0
@@ -275,7 +276,7 @@ def test_trainer_pods_load_the_cached_snapshot_offline_against_a_hub_stand_in(
 
 
 def test_the_report_fits_the_termination_message_whatever_the_message() -> None:
-    from kuberl.engine.initializer import _fit
+    from kuberl.engine.hub.report import fit_report as _fit
 
     repos = [FetchedRepo(field="reward.model", repo="o" * 256, revision="r" * 256, commit="c" * 40, files=10 ** 6,
                          bytes=10 ** 12, fetched_bytes=10 ** 12) for _ in range(3)]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kuberl.engine.runtime.packing import packed_inputs, padded_inputs
-from kuberl.engine.runtime.sequences import pack
+from kuberl.engine.training.packing import packed_inputs, padded_inputs
+from kuberl.engine.training.sequences import pack
 from kuberl.engine.training.micro_batch_layers import only_response_positions, rope_at_positions
 
 BATCH = pack([[1, 2, 3, 4]] * 2 + [[5, 6]], [[7, 8, 9], [10, 11, 12, 13], [14, 15]], pad_id=0)

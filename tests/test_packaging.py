@@ -13,8 +13,11 @@ import kuberl.operator
 
 
 def test_packages_come_from_the_repository_folders(repo: Path) -> None:
+    import kuberl.client
+
     assert Path(kuberl.operator.__file__).parent == repo / "operator"
     assert Path(kuberl.engine.__file__).parent == repo / "engine"
+    assert Path(kuberl.client.__file__).parent == repo / "client"
 
 
 def test_operator_is_not_importable_at_top_level(repo: Path, tmp_path: Path) -> None:
@@ -29,7 +32,7 @@ def test_operator_is_not_importable_at_top_level(repo: Path, tmp_path: Path) -> 
 def test_every_subpackage_is_listed_in_pyproject(repo: Path) -> None:
     listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = set()
-    for top in ("operator", "engine"):
+    for top in ("operator", "engine", "client"):
         for init in (repo / top).rglob("__init__.py"):
             rel = init.parent.relative_to(repo).parts
             found.add(".".join(("kuberl", *rel)))
@@ -45,6 +48,19 @@ def test_engine_config_imports_without_torch() -> None:
 def test_console_script_runs(kuberl_cli: str) -> None:
     out = subprocess.run([kuberl_cli, "version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("kuberl 0.1.0 (API kuberl.dev/v1alpha1)")
+
+
+def test_the_operator_never_imports_the_client(repo: Path) -> None:
+    """kuberl.client is the user's side: only the job commands' module (loaded by the CLI, not by the operator) uses it."""
+    offenders = [
+        str(path.relative_to(repo))
+        for path in (repo / "operator").rglob("*.py")
+        if path.name != "cli_jobs.py" and ("kuberl.client" in path.read_text() or "from ..client" in path.read_text())
+    ]
+    assert offenders == []
+    code = ("import sys, kuberl.operator.cli, kuberl.operator.controller, kuberl.operator.reconcile; "
+            "assert not [m for m in sys.modules if m.startswith('kuberl.client')], 'kuberl.client imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_engine_never_imports_the_operator(repo: Path) -> None:

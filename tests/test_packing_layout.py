@@ -7,14 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kuberl.engine.runtime.packing import (
+from kuberl.engine.training.packing import (
     packed_inputs,
     padded_inputs,
     positions_per_token,
     shard_by_tokens,
     token_micro_batches,
 )
-from kuberl.engine.runtime.sequences import on_response_grid, pack, response_slots
+from kuberl.engine.training.sequences import on_response_grid, pack, response_slots
 
 
 def _batch():
@@ -112,7 +112,7 @@ def test_token_budget_is_greedy_over_computed_positions(groups, budget, share, s
 
 
 def test_a_run_is_shared_whole_when_attention_is_cheap_and_split_when_answers_are_long():
-    from kuberl.engine.runtime.packing import _Row, _split_run
+    from kuberl.engine.training.packing import _Row, _split_run
 
     short = [_Row((1,) * 40, 10) for _ in range(8)]  # the main job's shape: a long prompt, short answers
     assert _split_run(list(range(8)), short, span=768.0) == [list(range(8))]
@@ -128,7 +128,7 @@ def test_a_run_is_shared_whole_when_attention_is_cheap_and_split_when_answers_ar
 
 def test_attention_span_of_smollm2_balances_a_layer_against_its_attention():
     from kuberl.engine.models.arch import LlamaArch
-    from kuberl.engine.runtime.packing import attention_span
+    from kuberl.engine.training.packing import attention_span
 
     arch = LlamaArch(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
                      num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=2048,

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from kuberl.engine import algorithms as A
-from kuberl.engine.algorithms.plugins import PluginError, load_plugins
+from kuberl.engine.runtime.plugins import PluginError, load_plugins
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "plugins" / "median_baseline.py"
+LOSS_EXAMPLE = EXAMPLE.parent / "soft_clip.py"
+PRESET_EXAMPLE = EXAMPLE.parent / "rloo_dro.py"
 
 
 def test_the_example_plugin_registers_an_estimator_with_hand_computed_values() -> None:
@@ -23,6 +26,54 @@ def test_the_example_plugin_registers_an_estimator_with_hand_computed_values() -
                                mask=torch.ones(5, 1))
     out = entry.fn(inputs, scale=2.0).advantages[:, 0]
     assert torch.equal(out, torch.tensor([0.0, -2.0, 8.0, 0.0, 4.0]))
+
+
+def test_the_example_loss_plugin_registers_a_loss_with_hand_computed_values() -> None:
+    load_plugins([LOSS_EXAMPLE])
+    assert len(LOSS_EXAMPLE.read_text().splitlines()) < 30
+    entry = A.policy_loss_entry("soft_clip")
+    assert entry.options == {"width": 0.2, "aggregation": "token_mean"}
+    # Ratios 1 and e^1 (width 0.5): soft ratios 1 and 1 + 0.5·tanh((e - 1) / 0.5); A = 1 and 2, token mean.
+    logp = torch.tensor([[0.0, 1.0]], requires_grad=True)
+    loss, _ = entry.fn(A.LossInputs(logp, torch.zeros(1, 2), torch.tensor([[1.0, 2.0]]), torch.ones(1, 2)), width=0.5)
+    soft = 1 + 0.5 * math.tanh((math.e - 1) / 0.5)
+    assert float(loss.detach()) == pytest.approx(-(1.0 + 2.0 * soft) / 2)
+
+
+def test_the_example_preset_plugin_registers_a_preset_of_built_in_entries() -> None:
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+
+    load_plugins([PRESET_EXAMPLE])
+    assert len(PRESET_EXAMPLE.read_text().splitlines()) < 30
+    spec = AlgorithmSpec.model_validate({"name": "rloo_dro", "plugins": [{"path": str(PRESET_EXAMPLE)}]})
+    choice = A.choice_of(spec)
+    assert (choice.advantage, choice.policy_loss, choice.policy_loss_options, choice.step) == (
+        "rloo", "dro", {"beta": 0.05, "aggregation": "token_mean"}, "on_policy")
+    # The API knows the preset only once plug-ins are set.
+    with pytest.raises(ValueError, match="unknown preset"):
+        AlgorithmSpec.model_validate({"name": "rloo_dro"})
+
+
+def test_a_plugin_preset_must_name_registered_entries(tmp_path: Path) -> None:
+    path = tmp_path / "bad_preset.py"
+    path.write_text("from kuberl.engine.algorithms import register_preset\n"
+                    "register_preset('nowhere', summary='x', advantage='no_such_estimator', policy_loss='ppo_clip')\n")
+    with pytest.raises(PluginError, match="preset nowhere names the advantage estimator 'no_such_estimator'"):
+        load_plugins([path])
+    assert "nowhere" not in A.PRESETS
+
+
+def test_the_engine_refuses_an_option_that_compares_samples_with_one_sample() -> None:
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+    from kuberl.engine.runtime.algorithm_checks import ConfigError, check_algorithm
+
+    for raw in ({"name": "grpo", "advantage": {"name": "reinforce_pp", "options": {"baseline": True}}},
+                {"name": "reinforce_pp", "reinforcePp": {"baseline": True}}):
+        spec = AlgorithmSpec.model_validate(raw)
+        check_algorithm(spec, samples=2, tis=False)
+        with pytest.raises(ConfigError, match="reinforce_pp's baseline compares a prompt's samples"):
+            check_algorithm(spec, samples=1, tis=False)
+    check_algorithm(AlgorithmSpec(name="reinforce_pp"), samples=1, tis=False)  # the default follows the samples
 
 
 def test_loading_the_same_file_twice_registers_once() -> None:
@@ -44,6 +95,12 @@ BAD = {
         "def nan_adv(inputs):\n    return Advantages(inputs.mask * float('nan'))\n",
         "{path}: function nan_adv returned NaN or infinite advantages",
     ),
+    "loss_old_signature.py": (
+        "from kuberl.engine.algorithms import register_policy_loss\n"
+        "@register_policy_loss('four_tensors', summary='x')\n"
+        "def four_tensors(logprobs, old_logprobs, advantages, mask, clip=0.2):\n    return (-advantages * logprobs).mean(), {}\n",
+        "{path}: function four_tensors must take one argument, a LossInputs record",
+    ),
     "wrong_shape.py": (
         "from kuberl.engine.algorithms import Advantages, register_advantage\n"
         "@register_advantage('per_sequence', summary='x')\n"
@@ -53,7 +110,7 @@ BAD = {
     "loss_not_scalar.py": (
         "from kuberl.engine.algorithms import register_policy_loss\n"
         "@register_policy_loss('per_token_loss', summary='x')\n"
-        "def per_token_loss(logprobs, old_logprobs, advantages, mask):\n    return -advantages * logprobs, {}\n",
+        "def per_token_loss(inputs):\n    return -inputs.advantages * inputs.logprobs, {}\n",
         "{path}: function per_token_loss must return a finite scalar loss, got shape (4, 3)",
     ),
 }

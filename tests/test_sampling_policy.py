@@ -10,7 +10,7 @@ import pytest
 from kuberl.engine.config.algorithm import AlgorithmSpec
 from kuberl.engine.config.rollout import RolloutSpec
 from kuberl.engine.runtime.rl import recomputes_old_logprobs
-from kuberl.engine.runtime.roles import policy_temperature
+from kuberl.engine.config.topology import policy_temperature
 from kuberl.operator.local_run import load_one
 from kuberl.operator.planner import engine_config
 

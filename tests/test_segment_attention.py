@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from kuberl.engine.runtime.packing import Segment, packed_inputs
-from kuberl.engine.runtime.sequences import pack
+from kuberl.engine.training.packing import Segment, packed_inputs
+from kuberl.engine.training.sequences import pack
 from kuberl.engine.training.segment_attention import segment_attention
 
 

@@ -32,8 +32,8 @@ def main() -> None:
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--batches", nargs="*", default=["short_prompt_long_answer", "main_job"])
     args = parser.parse_args()
-    from kuberl.engine.runtime.packing import attention_span, token_micro_batches
-    from kuberl.engine.runtime.sequences import pack
+    from kuberl.engine.training.packing import attention_span, token_micro_batches
+    from kuberl.engine.training.sequences import pack
 
     model, arch, tokenizer = smollm2_policy()
     model.packed, model.share_prefix = True, True

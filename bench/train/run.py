@@ -55,9 +55,14 @@ def smollm2_policy():
 
     from kuberl.engine.config.trainer import OptimizerSpec
     from kuberl.engine.models.arch import LlamaArch
-    from kuberl.engine.models.loading import gguf_to_hf_folder, read_hf_config, read_hf_state_dict, smollm2_gguf
-    from kuberl.engine.runtime.policy import MegatronLM
-    from kuberl.engine.runtime.world import init_model_parallel
+    from kuberl.engine.models.loading import (
+        gguf_to_hf_folder,
+        read_hf_config,
+        read_hf_state_dict,
+        smollm2_gguf,
+    )
+    from kuberl.engine.training.policy import MegatronLM
+    from kuberl.engine.distributed.world import init_model_parallel
 
     init_model_parallel(1, 1, seed=0)
     folder = gguf_to_hf_folder(smollm2_gguf())
@@ -68,7 +73,7 @@ def smollm2_policy():
 
 def loss_fn(logits, mb, totals):
     """The token-mean policy-gradient loss of one update (advantages 1)."""
-    from kuberl.engine.runtime.policy import response_logprobs_from_logits
+    from kuberl.engine.training.policy import response_logprobs_from_logits
 
     logp = response_logprobs_from_logits(logits, mb)
     return -(logp * mb.advantages).sum() / mb.mask.sum().clamp(min=1) * totals.scale(mb, "token_mean"), {}
@@ -77,7 +82,7 @@ def loss_fn(logits, mb, totals):
 def timed_update(model, mbs, loss_fn) -> tuple[float, float]:
     """One update (MegatronLM.train_step) in its two parts: (forward + backward over the
     micro-batches, the optimizer's step)."""
-    from kuberl.engine.runtime.loss_scale import UpdateTotals
+    from kuberl.engine.training.loss_scale import UpdateTotals
 
     stats = model.train_step(mbs, loss_fn, 1e-7, UpdateTotals.alone(mbs))
     return stats["backward_seconds"], stats["optimizer_seconds"]
@@ -127,8 +132,8 @@ def main() -> None:
     parser.add_argument("--batches", nargs="*", default=None, help="only these batches (default: all three)")
     args = parser.parse_args()
     threads = torch.get_num_threads()
-    from kuberl.engine.runtime.packing import token_micro_batches
-    from kuberl.engine.runtime.sequences import micro_batches, pack
+    from kuberl.engine.training.packing import token_micro_batches
+    from kuberl.engine.training.sequences import micro_batches, pack
 
     model, arch, tokenizer = smollm2_policy()
     params = sum(p.numel() for p in model.module.parameters())

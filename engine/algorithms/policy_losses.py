@@ -1,189 +1,139 @@
 """Policy losses, registered by name, and the critic's value loss.
 
-A policy loss is a pure function of the new and old log-probs of the sampled tokens, their
-advantages and mask, and its own options; it returns (loss, stats). Register one with
-`@register_policy_loss(name, ...)`.
+A policy loss is a pure function of a `LossInputs` record (the micro-batch's new, old, reference
+and rollout log-probs, advantages, mask, importance weights, entropy and the update's totals) and
+its own options; it returns (loss, stats). Register one with `@register_policy_loss(name, ...)`.
+Each follows verl's core_algos loss of the same name (PPO's is verl's "vanilla", GMPO's "geo_mean")
+unless its docstring says where it differs; `inputs.aggregate` applies the importance weights of
+algorithm.tis to each token's loss, as verl applies its rollout-correction weights.
 """
 
 from __future__ import annotations
 
-import math
+from typing import Annotated
 
 import torch
 
-from .registry import register_policy_loss
-from .tensors import Aggregation, aggregate, masked_mean, masked_sum
+from ..config.options import Bound
+from .registry import LossInputs, LossResult, register_policy_loss
+from .tensors import Aggregation, aggregate, masked_mean
+
+_DUAL_CLIP = Bound(gt=1.0, why="a dual clip of 1 or less would cut PPO's clipped objective itself, not only its tail")
+_POSITIVE = Bound(gt=0.0, why="a clip range of 0 or less leaves no update")
+_TEMPERATURE = Bound(gt=0.0, why="the gate's temperature; at 0 or less the gate is flat or inverted")
+_LOWER = Bound(gt=0.0, lt=1.0, why="the lower bound 1 - clipLow must lie between 0 and 1")
+
+
+def log_ratio(inputs: LossInputs) -> torch.Tensor:
+    """log pi_theta - log pi_old, clamped to [-20, 20] so that its exp stays finite (as verl does)."""
+    return torch.clamp(inputs.logprobs - inputs.old_logprobs, -20.0, 20.0)
+
+
+def approx_kl(inputs: LossInputs, clamped: torch.Tensor | None = None) -> torch.Tensor:
+    """verl's ppo_kl: the mean of log pi_old - log pi_theta over the tokens (detached)."""
+    lr = log_ratio(inputs) if clamped is None else clamped
+    return masked_mean(-lr, inputs.mask).detach()
+
+
+def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max(-A r, -A clip(r, 1 - low, 1 + high)), whether the clipped side was taken) per token."""
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
 @register_policy_loss("ppo_clip", summary="PPO's clipped surrogate; clipHigh > clipLow is DAPO's clip-higher; dualClip bounds negative advantages")
-def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                clip_low: float = 0.2, clip_high: float | None = None,
-                aggregation: Aggregation = "token_mean", dual_clip: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO's clipped surrogate, -min(r A, clip(r, 1-low, 1+high) A); returns (loss, stats).
+def policy_loss(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, clip_high: Annotated[float | None, _POSITIVE] = None,
+                aggregation: Aggregation = "token_mean", dual_clip: Annotated[float | None, _DUAL_CLIP] = None) -> LossResult:
+    """PPO's clipped surrogate (Schulman et al., 2017), -min(r A, clip(r, 1-low, 1+high) A).
 
     dual_clip = c > 1 (Ye et al., 2020): where A < 0 the loss is at most -c A, so a token whose
-    ratio has grown large cannot dominate the update."""
+    ratio has grown large cannot dominate the update; c <= 1 is refused, as verl refuses it. verl
+    applies c = 3 by default (clip_ratio_c); here it is off unless set."""
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     clip_high = clip_low if clip_high is None else clip_high
-    log_ratio = logprobs - old_logprobs
-    ratio = torch.exp(torch.clamp(log_ratio, -20.0, 20.0))
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    loss = torch.maximum(unclipped, clipped)
+    lr = log_ratio(inputs)
+    loss, clipped = clipped_surrogate(torch.exp(lr), inputs.advantages, clip_low, clip_high)
+    stats = {"clip_fraction": masked_mean(clipped.float(), inputs.mask).detach(), "approx_kl": approx_kl(inputs, lr)}
     if dual_clip is not None:
-        loss = torch.where(advantages < 0, torch.minimum(loss, -dual_clip * advantages), loss)
-    stats = {
-        "clip_fraction": masked_mean((clipped > unclipped).float(), mask).detach(),
-        "approx_kl": masked_mean(-log_ratio, mask).detach(),
-    }
-    return aggregate(loss, mask, aggregation), stats
+        cap = -dual_clip * inputs.advantages
+        negative = inputs.advantages < 0
+        stats["clip_fraction_lower"] = masked_mean(((loss > cap) & negative).float(), inputs.mask).detach()
+        loss = torch.where(negative, torch.minimum(loss, cap), loss)
+    return inputs.aggregate(loss, aggregation), stats
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               clip: float, aggregation: Aggregation = "token_mean") -> torch.Tensor:
+               clip: float, aggregation: Aggregation = "token_mean", horizon: int | None = None) -> torch.Tensor:
     """The critic's loss, 0.5 * (V - R)^2, with PPO's value clipping around the old values (clip > 0)."""
     loss = (values - returns) ** 2
     if clip > 0:
         clipped = old_values + torch.clamp(values - old_values, -clip, clip)
         loss = torch.maximum(loss, (clipped - returns) ** 2)
-    return 0.5 * aggregate(loss, mask, aggregation)
-
-
-def _sequence_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[B] the mean log-ratio over each response's tokens: the log of the geometric-mean ratio."""
-    return masked_mean(logprobs - old_logprobs, mask, dim=-1)
+    return 0.5 * aggregate(loss, mask, aggregation, horizon)
 
 
 @register_policy_loss("gspo", summary="PPO clipping of the sequence-level (geometric-mean) ratio (GSPO)")
-def gspo(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-         clip_low: float = 3e-4, clip_high: float = 4e-4,
-         aggregation: Aggregation = "seq_mean_token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Group Sequence Policy Optimization: every token of a response shares its sequence ratio
-    s = exp(mean_t log r_t); per token s_t = sg(s) * exp(log p_t - sg(log p_t)), whose value is s and
-    whose gradient is s times the token's score function, as in the paper's token-level form."""
-    seq_log_ratio = torch.clamp(_sequence_log_ratio(logprobs, old_logprobs, mask), max=10.0)
-    log_s = seq_log_ratio.detach()[:, None] + logprobs - logprobs.detach()
-    ratio = torch.exp(log_s)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    loss = torch.maximum(unclipped, clipped)
-    stats = {
-        "clip_fraction": masked_mean((clipped > unclipped).float(), mask).detach(),
-        "approx_kl": masked_mean(old_logprobs - logprobs, mask).detach(),
-    }
-    return aggregate(loss, mask, aggregation), stats
+def gspo(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 3e-4, clip_high: Annotated[float, _POSITIVE] = 4e-4,
+         aggregation: Aggregation = "seq_mean_token_mean") -> LossResult:
+    """Group Sequence Policy Optimization (Zheng et al., 2025): every token of a response shares its
+    sequence ratio s = exp(mean_t log r_t); per token log s_t = sg(log s) + log p_t - sg(log p_t),
+    clamped above at 10 as in verl (past it the token has no gradient), whose value is s and whose
+    gradient is s times the token's score function. verl always aggregates GSPO by
+    seq_mean_token_mean; that is the default here, and another `aggregation` is honoured."""
+    seq_log_ratio = masked_mean(inputs.logprobs - inputs.old_logprobs, inputs.mask, dim=-1)
+    log_s = torch.clamp(seq_log_ratio.detach()[:, None] + inputs.logprobs - inputs.logprobs.detach(), max=10.0)
+    loss, clipped = clipped_surrogate(torch.exp(log_s), inputs.advantages, clip_low, clip_high)
+    stats = {"clip_fraction": masked_mean(clipped.float(), inputs.mask).detach(),
+             "approx_kl": masked_mean(inputs.old_logprobs - inputs.logprobs, inputs.mask).detach()}
+    return inputs.aggregate(loss, aggregation), stats
 
 
 @register_policy_loss("cispo", summary="REINFORCE with the clipped importance weight detached (CISPO)")
-def cispo(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-          clip_high: float = 5.0, aggregation: Aggregation = "token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped IS-weight Policy Optimization (MiniMax-M1): -sg(min(r, 1 + clipHigh)) A log p. Every
-    token keeps a gradient; only the weight is bounded, not the update's reach."""
-    ratio = torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
-    weight = torch.clamp(ratio, max=1.0 + clip_high).detach()
-    loss = -weight * advantages * logprobs
-    stats = {
-        "clip_fraction": masked_mean((ratio > 1.0 + clip_high).float(), mask).detach(),
-        "approx_kl": masked_mean(old_logprobs - logprobs, mask).detach(),
-    }
-    return aggregate(loss, mask, aggregation), stats
+def cispo(inputs: LossInputs, clip_low: Annotated[float | None, _LOWER] = None, clip_high: Annotated[float, _POSITIVE] = 5.0,
+          aggregation: Aggregation = "token_mean") -> LossResult:
+    """Clipped IS-weight Policy Optimization (MiniMax-M1, 2025): -sg(clip(r, 1 - clipLow, 1 + clipHigh)) A log p.
+    Every token keeps a gradient; only the weight is bounded, not the update's reach. clipLow None
+    leaves the weight without a lower bound (the paper's choice); verl takes both bounds from the
+    actor's clip ratios."""
+    lr = log_ratio(inputs)
+    ratio = torch.exp(lr)
+    weight = torch.clamp(ratio, min=None if clip_low is None else 1.0 - clip_low, max=1.0 + clip_high)
+    loss = -weight.detach() * inputs.advantages * inputs.logprobs
+    stats = {"clip_fraction": masked_mean((ratio != weight).float(), inputs.mask).detach(), "approx_kl": approx_kl(inputs, lr)}
+    return inputs.aggregate(loss, aggregation), stats
 
 
 @register_policy_loss("gpg", summary="the plain policy gradient, -A log p, no ratio and no clipping (GPG)")
-def gpg(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-        aggregation: Aggregation = "token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    loss = -advantages * logprobs
-    return aggregate(loss, mask, aggregation), {"approx_kl": masked_mean(old_logprobs - logprobs, mask).detach()}
-
-
-def _ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor) -> torch.Tensor:
-    return torch.exp(torch.clamp(logprobs - old_logprobs, -20.0, 20.0))
+def gpg(inputs: LossInputs, aggregation: Aggregation = "token_mean") -> LossResult:
+    """Group Policy Gradient's loss (Chu et al., 2025): L_t = -A_t log p_t."""
+    loss = -inputs.advantages * inputs.logprobs
+    return inputs.aggregate(loss, aggregation), {"approx_kl": masked_mean(inputs.old_logprobs - inputs.logprobs, inputs.mask).detach()}
 
 
 @register_policy_loss("sapo", summary="a smooth sigmoid gate of the ratio instead of a hard clip, sharper for negative advantages (SAPO)")
-def sapo(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-         tau_pos: float = 1.0, tau_neg: float = 1.05,
-         aggregation: Aggregation = "token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Soft Adaptive Policy Optimization (Qwen, 2025): -f(r) A with f(r) = 4/tau * sigmoid(tau (r - 1)).
-    At r = 1 the gate's value is 2/tau and its slope 1, so an on-policy token gets the plain policy
-    gradient; away from 1 the unclipped surrogate's gradient is weighed by 4 s (1 - s), s the
-    sigmoid, which fades smoothly instead of stopping at a clip bound. Negative
-    advantages use the larger tau_neg, which fades faster (their updates are the unstable ones)."""
-    ratio = _ratio(logprobs, old_logprobs)
-    tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
-    gate = torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau
-    loss = -gate * advantages
-    return aggregate(loss, mask, aggregation), {"approx_kl": masked_mean(old_logprobs - logprobs, mask).detach()}
+def sapo(inputs: LossInputs, tau_pos: Annotated[float, _TEMPERATURE] = 1.0, tau_neg: Annotated[float, _TEMPERATURE] = 1.05,
+         aggregation: Aggregation = "seq_mean_token_mean") -> LossResult:
+    """Soft Adaptive Policy Optimization (Qwen, 2025, arXiv 2511.20347): -f(r) A with
+    f(r) = 4/tau * sigmoid(tau (r - 1)), tau = tauPos where A > 0, else tauNeg. At r = 1 the gate's
+    value is 2/tau and its slope 1, so an on-policy token gets the plain policy gradient; away from
+    1 the unclipped surrogate's gradient is weighed by 4 s (1 - s), s the sigmoid, which fades
+    smoothly instead of stopping at a clip bound. verl always aggregates SAPO by
+    seq_mean_token_mean; that is the default here, and another `aggregation` is honoured."""
+    lr = log_ratio(inputs)
+    ratio = torch.exp(lr)
+    tau = torch.where(inputs.advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
+    loss = -torch.sigmoid(tau * (ratio - 1.0)) * 4.0 / tau * inputs.advantages
+    return inputs.aggregate(loss, aggregation), {"approx_kl": approx_kl(inputs, lr)}
 
 
-def _centred_covariance(logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] each token's term of cov(log p, A) over the batch's tokens (0 outside the mask)."""
-    lp = logprobs.detach()
-    return (advantages - masked_mean(advantages, mask)) * (lp - masked_mean(lp, mask)) * mask
-
-
-def _top_tokens(score: torch.Tensor, eligible: torch.Tensor, fraction: float) -> torch.Tensor:
-    """[B, T] bool: the ceil(fraction * tokens) eligible tokens of highest score (none if none is eligible)."""
-    picked = torch.zeros_like(eligible, dtype=torch.bool)
-    n_eligible = int(eligible.sum())
-    k = min(n_eligible, math.ceil(fraction * int(eligible.numel()))) if fraction > 0 else 0
-    if k > 0:
-        flat = torch.where(eligible, score, torch.full_like(score, -math.inf)).flatten()
-        picked.view(-1)[torch.topk(flat, k).indices] = True
-    return picked
-
-
-@register_policy_loss("clip_cov", summary="PPO clip, plus no gradient for the few tokens of largest log-prob/advantage covariance (Clip-Cov)")
-def clip_cov(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-             clip_low: float = 0.2, clip_high: float | None = None, fraction: float = 2e-4, cov_low: float = 1.0,
-             cov_high: float = 5.0, aggregation: Aggregation = "token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clip-Cov (Cui et al., 2025, "The Entropy Mechanism of RL for Reasoning LMs"): entropy collapses
-    through the tokens whose log-prob and advantage covary most; a `fraction` of the tokens whose
-    covariance term lies in [cov_low, cov_high] is excluded from the gradient. The paper draws them
-    at random; this picks the largest, so that a step is reproducible without a random stream."""
-    clip_high = clip_low if clip_high is None else clip_high
-    ratio = _ratio(logprobs, old_logprobs)
-    loss = torch.maximum(-advantages * ratio, -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high))
-    cov = _centred_covariance(logprobs, advantages, mask)
-    frozen = _top_tokens(cov, (cov >= cov_low) & (cov <= cov_high) & (mask > 0), fraction)
-    loss = torch.where(frozen, loss.detach(), loss)
-    return aggregate(loss, mask, aggregation), {
-        "approx_kl": masked_mean(old_logprobs - logprobs, mask).detach(),
-        "cov_frozen_fraction": masked_mean(frozen.float(), mask).detach(),
-    }
-
-
-@register_policy_loss("kl_cov", summary="the unclipped surrogate, plus a KL penalty on the few tokens of largest covariance (KL-Cov)")
-def kl_cov(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-           fraction: float = 2e-3, kl_coef: float = 1.0,
-           aggregation: Aggregation = "token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """KL-Cov (same paper): no clipping; the `fraction` of tokens with the largest covariance term
-    get kl_coef * |log p - log p_old| added, which holds them near the old policy."""
-    ratio = _ratio(logprobs, old_logprobs)
-    loss = -advantages * ratio
-    cov = _centred_covariance(logprobs, advantages, mask)
-    held = _top_tokens(cov, mask > 0, fraction)
-    loss = torch.where(held, loss + kl_coef * (logprobs - old_logprobs).abs(), loss)
-    return aggregate(loss, mask, aggregation), {
-        "approx_kl": masked_mean(old_logprobs - logprobs, mask).detach(),
-        "cov_penalised_fraction": masked_mean(held.float(), mask).detach(),
-    }
-
-
-@register_policy_loss("gmpo", summary="the geometric mean of the token ratios, clipped per token in log space (GMPO)")
-def gmpo(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-         clip_low: float = 0.4, clip_high: float = 0.4) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Geometric-Mean Policy Optimization (Zhao et al., 2025): a response's objective is
-    A * (prod_t r_t')^(1/|o|), where each token's log-ratio is clipped to [-clip_low, clip_high]
-    pessimistically for the sign of A (PPO's min, taken in log space). The geometric mean is
-    less swayed by one outlier token than GRPO's arithmetic mean. One number per response, mean
-    over responses: its aggregation is fixed."""
-    log_ratio = torch.clamp(logprobs - old_logprobs, -20.0, 20.0)
-    sign = torch.sign(advantages)
-    clipped = torch.clamp(log_ratio, -clip_low, clip_high)
-    pessimistic = sign * torch.minimum(sign * log_ratio, sign * clipped)
-    lengths = mask.sum(-1).clamp(min=1)
-    seq_ratio = torch.exp(masked_sum(pessimistic, mask, dim=-1) / lengths)
-    seq_advantage = masked_sum(advantages, mask, dim=-1) / lengths
-    loss = (-seq_advantage * seq_ratio).mean()
-    return loss, {"approx_kl": masked_mean(-log_ratio, mask).detach(),
-                  "clip_fraction": masked_mean((pessimistic != log_ratio).float(), mask).detach()}
+@register_policy_loss("dro", summary="the policy gradient with a quadratic penalty on the log-ratio instead of a clip (DRO)")
+def dro(inputs: LossInputs, beta: Annotated[float, Bound(gt=0.0, why="DRO's penalty must hold the policy near the old one")] = 0.1,
+        aggregation: Aggregation = "token_mean") -> LossResult:
+    """Direct Reward Optimisation (Richemond et al., 2024, "Offline Regularised Reinforcement
+    Learning for LLM Alignment"), as verl's dro: L_t = -(A_t log p_t - beta/2 (log p_t - log p_old,t)^2).
+    The log-ratio is not clamped (a quadratic needs no exp)."""
+    lr = inputs.logprobs - inputs.old_logprobs
+    loss = -(inputs.logprobs * inputs.advantages - 0.5 * beta * lr**2)
+    return inputs.aggregate(loss, aggregation), {"approx_kl": masked_mean(-lr, inputs.mask).detach()}

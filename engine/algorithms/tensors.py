@@ -11,8 +11,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-Aggregation = Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
-KLEstimator = Literal["k1", "k2", "k3"]
+Aggregation = Literal["token_mean", "token_sum", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"]
+KLEstimator = Literal["k1", "k2", "k3", "abs", "k1+", "k3+", "abs+"]
 
 
 def masked_sum(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -32,41 +32,58 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     return (x - mean) * torch.rsqrt(var + eps) * mask
 
 
-def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation) -> torch.Tensor:
-    """One number from per-token losses [B, T].
+def responses(mask: torch.Tensor) -> torch.Tensor:
+    """The number of responses with at least one token: the divisor of the per-response aggregations
+    (an empty row weighs nothing, as in verl's agg_loss)."""
+    return (mask.sum(-1) > 0).sum().clamp(min=1).to(torch.float32)
 
-    token_mean: every token weighs the same (long responses weigh more); seq_mean_token_sum: sum
-    over a response's tokens, mean over responses (Dr. GRPO); seq_mean_token_mean: every response
-    weighs the same (the original GRPO); seq_mean_token_sum_norm: sum over all tokens divided by the
-    number of responses times the batch's width T (Dr. GRPO's constant normaliser: the engine pads
-    the width to the rollout's maxNewTokens, so the divisor does not depend on the responses' lengths).
+
+def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation, horizon: int | None = None) -> torch.Tensor:
+    """One number from per-token losses [B, T], as verl's agg_loss on one rank.
+
+    token_mean: every token weighs the same (long responses weigh more); token_sum: the sum over
+    tokens (no divisor); seq_mean_token_sum: sum over a response's tokens, mean over responses (Dr.
+    GRPO); seq_mean_token_mean: every response weighs the same (the original GRPO);
+    seq_mean_token_sum_norm: sum over all tokens divided by the number of responses times a constant
+    `horizon` (Dr. GRPO's constant normaliser: algorithm.lossScaleFactor, by default the rollout's
+    maxNewTokens; without one, the batch's width T). The per-response modes count only responses
+    with at least one token.
     """
     if mode == "token_mean":
         return masked_mean(loss, mask)
+    if mode == "token_sum":
+        return masked_sum(loss, mask)
     if mode == "seq_mean_token_sum":
-        return masked_sum(loss, mask, dim=-1).mean()
+        return masked_sum(loss, mask, dim=-1).sum() / responses(mask)
     if mode == "seq_mean_token_mean":
-        return masked_mean(loss, mask, dim=-1).mean()
+        return masked_mean(loss, mask, dim=-1).sum() / responses(mask)
     if mode == "seq_mean_token_sum_norm":
-        return masked_sum(loss, mask) / (mask.shape[0] * mask.shape[1])
+        return masked_sum(loss, mask) / (responses(mask) * (horizon or mask.shape[-1]))
     raise ValueError(f"unknown loss aggregation {mode!r}")
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KLEstimator) -> torch.Tensor:
     """Per-token estimate of KL(policy || reference) from samples of the policy (Schulman, 2020).
 
-    k1 = log p - log q (unbiased, high variance, can be negative); k2 = (log p - log q)^2 / 2;
-    k3 = q/p - 1 - log(q/p) (unbiased, always >= 0).
+    With x = log p - log q: k1 = x (unbiased, high variance, can be negative); abs = |x|;
+    k2 = x^2 / 2; k3 = exp(-x) - 1 + x (unbiased, always >= 0), with -x clamped to [-20, 20] and the
+    result to [-10, 10], as verl's kl_penalty does. A name ending in "+" is straight-through: the
+    value of its estimator, the gradient of k2 (whose gradient is the KL's own in expectation).
     """
+    if estimator.endswith("+"):
+        value = kl_estimate(logprobs, ref_logprobs, estimator[:-1])  # type: ignore[arg-type]
+        k2 = kl_estimate(logprobs, ref_logprobs, "k2")
+        return k2 - k2.detach() + value.detach()
     log_ratio = logprobs - ref_logprobs
     if estimator == "k1":
         return log_ratio
+    if estimator == "abs":
+        return log_ratio.abs()
     if estimator == "k2":
         return 0.5 * log_ratio**2
     if estimator == "k3":
-        # Clamped as verl does: exp of a large negative log-ratio is harmless, of a large positive not.
         neg = torch.clamp(-log_ratio, min=-20.0, max=20.0)
-        return torch.exp(neg) - 1.0 - neg
+        return torch.clamp(torch.exp(neg) - 1.0 - neg, min=-10.0, max=10.0)
     raise ValueError(f"unknown KL estimator {estimator!r}")
 
 
@@ -76,7 +93,9 @@ def last_token_rewards(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     lengths = mask.long().sum(-1)
     has_tokens = lengths > 0
     rows = torch.arange(mask.shape[0])[has_tokens]
-    rewards[rows, lengths[has_tokens] - 1] = scores[has_tokens]
+    # The last token is the last masked position (a multi-turn mask can have holes).
+    last = mask.shape[-1] - 1 - torch.argmax(torch.flip(mask, [-1]).to(torch.long), dim=-1)
+    rewards[rows, last[has_tokens]] = scores[has_tokens]
     return rewards
 
 

@@ -19,13 +19,15 @@ class GeneratorSpec(SpecModel):
     """A prompt set made on the fly, the same for the same seed."""
 
     name: Literal["arithmetic"]
-    """arithmetic: "What is a + b?" with the sum as the answer."""
+    """arithmetic: "What is a + b?" (more operands: "What is a + b + c?") with the sum as the answer."""
     count: int = Field(default=1000, ge=1, le=10_000_000)
     """How many prompts."""
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     """Seed of the generator; the validation set should use another seed than the training set."""
     max_operand: int = Field(default=50, ge=1, le=10**9)
     """Operands are drawn from 0..maxOperand."""
+    operands: int = Field(default=2, ge=2, le=16)
+    """Numbers per sum (three-number sums are where a small model starts to need a calculator)."""
 
 
 class DatasetSource(SpecModel):
@@ -119,6 +121,8 @@ class DataSpec(SpecModel):
             "(has(self.validation.path) && has(self.train.path) && self.validation.path == self.train.path)"
             " || (has(self.validation.generator) && has(self.train.generator)"
             + "".join(f" && self.validation.generator.{f} == self.train.generator.{f}" for f in ("name", "count", "seed", "maxOperand"))
+            + " && (has(self.validation.generator.operands) ? self.validation.generator.operands : 2)"
+            " == (has(self.train.generator.operands) ? self.train.generator.operands : 2)"
             + "))",
             field="validation",
         ),

@@ -37,6 +37,12 @@ class ProgressReport(SpecModel):
     kl: float | None = None
     tokens_per_second: float | None = Field(default=None, ge=0)
     last_checkpoint: CheckpointStatus | None = None
+    eta_seconds: float | None = Field(default=None, ge=0)
+    """Seconds until the last step, from the recent steps' times (engine/runtime/progress.py: eta_seconds);
+    None while too few steps have been timed since the ranks started."""
+    validation_reward_mean: float | None = None
+    """The latest mean reward on the validation set (greedy responses), measured at `validation_step`."""
+    validation_step: int | None = Field(default=None, ge=0)
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

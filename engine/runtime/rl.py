@@ -10,13 +10,13 @@ serves metrics and writes progress. One step follows the data flow docs/architec
 
 This module composes a run (models, rollout engine, data, checkpoints) and runs the loop. What one
 step does is a step function over a StepContext (engine/steps/); the switch between training and
-generation is switch.py, generation over the replicas generation.py, the roles' answers
-role_access.py, and what the engine refuses up front checks.py.
+generation is rollout/switch.py, generation over the replicas rollout/generation.py, the roles' answers
+distributed/role_access.py, and what the engine refuses up front checks.py.
 
 A colocated role runs on the actor's ranks: the reference policy and the critic are further
 Megatron models in the actor's layout, and a reward model runs on the controller. A role on ranks of
-its own runs `roles.RoleWorker` in a torch.distributed world of its own; the controller sends it
-commands over its link and every actor rank gets the replies (roles.py, role_worlds.py). The
+its own runs `role_worker.RoleWorker` in a torch.distributed world of its own; the controller sends it
+commands over its link and every actor rank gets the replies (distributed/role_link.py, role_worlds.py). The
 default group here is the actor's world.
 """
 
@@ -35,22 +35,30 @@ from ..config.algorithm import AlgorithmSpec
 from ..config.progress import CheckpointStatus
 from ..config.topology import EngineConfig
 from ..data import PromptEncoder, PromptLoader, load_examples
-from ..dtypes import is_half, torch_dtype, vllm_dtype
+from ..common.dtypes import is_half, torch_dtype, vllm_dtype
 from ..models.arch import LlamaArch
 from ..models.loading import export_hf_folder, read_hf_config, read_hf_state_dict
+from ..models.lora_layout import adapter_config
+from ..steps import step_entry
+from ..steps.context import StepContext
 from ..steps.records import Rollout, Scores
 from . import checkpoint as ckpt
+from . import multi_turn_run
 from .checks import ConfigError, check_supported
-from .losses import policy_loss_fn, value_loss_fn
+from ..training.losses import policy_loss_fn, value_loss_fn
 from .metrics import RunMetrics, plot_rewards, read_jsonl
-from .packing import layout_options
-from .policy import MegatronLM
-from .resolve import model_folder
-from .role_access import RoleAccess
-from .role_worlds import RoleWorld
-from .roles import RemoteRewardModel, RoleLink, checkpoint_root, policy_temperature
+from ..training.packing import layout_options
+from ..training.lora import AdapterOff
+from ..training.policy import MegatronLM
+from . import lora_run
+from ..models.resolve import model_folder
+from ..distributed.role_access import RoleAccess
+from ..distributed.role_worlds import RoleWorld
+from ..distributed.role_link import RemoteRewardModel, RoleLink
+from .checkpoint import checkpoint_root
+from ..config.topology import policy_temperature
 from .stopping import StopRequest, agree
-from .timer import Timer
+from ..common.timer import Timer
 
 __all__ = ["ConfigError", "RLRun", "Timer", "check_supported"]
 
@@ -97,7 +105,9 @@ class RLRun:
         # Data before models: a bad record fails the run in seconds, not after the models load.
         # Every rank reads the same examples and walks the same seeded order.
         data = config.data
-        self.encoder = PromptEncoder(self.tokenizer, data)
+        # A multi-turn job's tools (and a chat template that describes them) before the prompts are rendered.
+        self.agents = multi_turn_run.prepare_agents(config, self.tokenizer, base_dir)
+        self.encoder = PromptEncoder(self.tokenizer, data, tools=self.agents.schemas if self.agents else None)
         self.train_examples = load_examples(data.train, data, base_dir, preferences=self.dpo)
         self.validation = load_examples(data.validation, data, base_dir) if data.validation and not self.dpo else []
         for example in self.train_examples + self.validation:
@@ -108,12 +118,15 @@ class RLRun:
         hf_state = read_hf_state_dict(folder)
         layout = layout_options(trainer)
         temperature = policy_temperature(config)
+        self.lora = trainer.lora
         self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer,
-                                logit_temperature=temperature, **layout)
+                                logit_temperature=temperature, lora=self.lora, lora_seed=trainer.seed, **layout)
         self.needs_ref = algorithm.needs_reference
         estimator = A.estimator_of(algorithm)
         self.needs_critic = estimator is not None and estimator.needs_critic
-        self.ref = MegatronLM(self.arch, hf_state, dtype=self.dtype, logit_temperature=temperature, **layout) \
+        # With LoRA the reference is the actor's own base: its adapter off, no second copy of the weights.
+        self.ref = (AdapterOff(self.actor) if self.lora else MegatronLM(self.arch, hf_state, dtype=self.dtype,
+                                                                         logit_temperature=temperature, **layout)) \
             if self.needs_ref and "ref" not in self.remote_roles else None
         self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True, **layout) \
             if self.needs_critic and "critic" not in self.remote_roles else None
@@ -131,22 +144,27 @@ class RLRun:
 
         # vLLM replicas of rollout_tp consecutive ranks each (rollout_tp = 1: one per rank).
         self.rollout_tp = config.roles["actor"].rollout_tp
-        self.rollout = self.resharder = self.generator = self.switch = None
+        self.rollout = self.resharder = self.generator = self.switch = self.multi_turn = None
         if not self.dpo:
             from ..rollout.vllm_backend import VLLMRollout
 
-            from .generation import Generator
-            from .switch import HybridSwitch
+            from ..rollout.generation import Generator
+            from ..rollout.switch import HybridSwitch
 
             spec = config.rollout
             assert spec is not None
             self.resharder = self._make_resharder(self.rollout_tp)  # refuses a layout it cannot serve before vLLM starts
             self.rollout = VLLMRollout(folder, dtype=vllm_dtype(self.dtype), seed=trainer.seed + self.rank // self.rollout_tp,
-                                       max_model_len=data.max_prompt_length + spec.max_new_tokens,
+                                       max_model_len=data.max_prompt_length + spec.max_response_tokens,
                                        kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
-                                       tensor_parallel_size=self.rollout_tp, skip_tokenizer_init=True)
+                                       tensor_parallel_size=self.rollout_tp, skip_tokenizer_init=True,
+                                       lora_rank=self.lora.rank if self.lora else None)
             self.generator = Generator(self.rollout, self.rank, self.world, self.rollout_tp)
-            self.switch = HybridSwitch(self.actor, self.critic, self.rollout, self.resharder)
+            if self.agents is not None:
+                self.multi_turn = multi_turn_run.multi_turn_rollout(self.agents, self.generator, self.encoder, config, self.stop_ids())
+            adapter = lora_run.adapter_gather(self.arch, self.lora, self.actor.place) if self.lora else None
+            self.switch = HybridSwitch(self.actor, self.critic, self.rollout, self.resharder, adapter,
+                                       adapter_config(self.lora, str(folder)) if self.lora else None)
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
         self.checkpoints = checkpoint_root(config, base_dir)
@@ -172,6 +190,8 @@ class RLRun:
         steps = ckpt.complete_steps(self.checkpoints)
         if not steps:
             return
+        if self.lora:
+            lora_run.check_base(ckpt.step_dir(self.checkpoints, steps[-1]), self.folder, self.hf_config, self.lora)
         state = ckpt.load(self.checkpoints, steps[-1], self.rank, self.config.world_size)
         self.actor.load_state_dict(state["actor"])
         if self.critic is not None:
@@ -200,7 +220,8 @@ class RLRun:
             for link in self.links.values():
                 link.result()
             ckpt.commit(self.checkpoints, self.step, self.config.world_size, keep=self.config.trainer.checkpoint.keep,
-                        meta={"job": self.config.job, "algorithm": self.config.algorithm.name})
+                        meta={"job": self.config.job, "algorithm": self.config.algorithm.name,
+                              **(lora_run.base_reference(self.folder, self.hf_config, self.lora) if self.lora else {})})
             self.last_checkpoint = ckpt.status(self.checkpoints, self.step)
         dist.barrier()
         return ckpt.step_dir(self.checkpoints, self.step)
@@ -280,8 +301,6 @@ class RLRun:
     def use_algorithm(self, algorithm: AlgorithmSpec) -> None:
         """What the steps run from now on: step function, estimator, losses, old log-probs. The models
         stay: the new algorithm must need the same ones (a reference, a critic, a rollout) as the job's."""
-        from ..steps import step_entry
-
         choice = A.choice_of(algorithm)
         entry, estimator = step_entry(choice.step), A.estimator_of(algorithm)
         needs = (algorithm.needs_reference, estimator is not None and estimator.needs_critic, not entry.on_policy)
@@ -291,15 +310,12 @@ class RLRun:
         self.choice, self.step_fn, self.estimator = choice, entry.fn, estimator
         self.recompute_old_logprobs = not self.dpo and recomputes_old_logprobs(
             algorithm, is_half(self.dtype), self.config.rollout is not None and self.config.rollout.truncates)
-        horizon = self.config.rollout.max_new_tokens if self.config.rollout is not None else 1
-        # dpo's loss is its step's own (engine/steps/dpo.py), not a registered policy loss.
-        self.policy_loss = None if self.dpo else policy_loss_fn(algorithm, horizon)
+        horizon = self.config.rollout.max_response_tokens if self.config.rollout is not None else 1
+        self.policy_loss = policy_loss_fn(algorithm, horizon)
         self.value_loss = value_loss_fn(algorithm)
 
     def run_step(self, timer: Timer) -> dict[str, Any]:
         """The job's step function over a fresh StepContext; returns its record."""
-        from ..steps.context import StepContext
-
         ctx = StepContext(self, timer, self.choice)
         self.step_fn(ctx)
         return ctx.record.as_dict()
@@ -312,22 +328,25 @@ class RLRun:
             texts = self.tokenizer.batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
             prompts = [self.encoder.text(rollout.examples[c.prompt_index]) for c in completions]
             answers = [rollout.examples[c.prompt_index].answer for c in completions]
-            holder[0] = self.rewarder.score(prompts, texts, answers)
+            texts, messages = multi_turn_run.reward_inputs(completions, texts)  # multi-turn: last turns, conversations
+            holder[0] = multi_turn_run.with_environment(self.rewarder.score_sources(prompts, texts, answers, messages), completions)
         dist.broadcast_object_list(holder, src=0)
-        scores, parts = holder[0]
-        return Scores(torch.tensor(scores, dtype=torch.float32), parts)
+        scored = holder[0]
+        return Scores(torch.tensor(scored.totals, dtype=torch.float32), scored.means,
+                      {k: torch.tensor(v, dtype=torch.float32) for k, v in scored.sources.items()}, scored.weights)
 
     # -- validation and export -----------------------------------------------------------------------
 
     def _validate(self) -> dict[str, float]:
-        from ..steps.context import StepContext
-
         ctx = StepContext(self, Timer(), self.choice)
         rollout = ctx.generate(self.validation, ctx.sampling(greedy=True))
         return {"validation_reward_mean": float(ctx.score(rollout).values.mean())}
 
     def export(self, out: Path) -> None:
-        """Write the current policy as a Hugging Face folder (controller rank)."""
+        """Write the current policy as a Hugging Face folder (controller rank); with LoRA, the adapter."""
+        if self.lora:
+            return lora_run.export(lora_run.adapter_gather(self.arch, self.lora, self.actor.place), self.actor.adapters.state(),
+                                   self.lora, self.folder, self.hf_config, out, self.is_controller)
         # The switch's gather with t_g = 1 gives every rank of a model-parallel group the full model.
         resharder = self.resharder if self.resharder is not None and self.rollout_tp == 1 else self._make_resharder(1)
         full = dict(resharder.stream(self.actor.megatron_state()))
@@ -342,7 +361,7 @@ class RLRun:
         from megatron.core import parallel_state as ps
 
         from ..hybrid.reshard import Resharder
-        from .world import model_parallel_ranks
+        from ..distributed.world import model_parallel_ranks
 
         place = self.actor.place
         try:
@@ -362,8 +381,8 @@ class RLRun:
     def total_updates(self) -> int:
         """Optimizer updates of the whole run (the learning-rate schedule's length)."""
         trainer, algorithm = self.config.trainer, self.config.algorithm
-        if self.dpo:
-            return self.total_steps * math.ceil(trainer.prompts_per_step / (trainer.mini_batch_size or trainer.prompts_per_step))
-        per_step = trainer.prompts_per_step * (self.config.rollout.samples_per_prompt if self.config.rollout else 1)
+        # A preset that trains on pairs counts pairs; one that generates, every sample of a prompt.
+        samples = self.config.rollout.samples_per_prompt if self.config.rollout is not None and not self.dpo else 1
+        per_step = trainer.prompts_per_step * samples
         minis = math.ceil(per_step / (trainer.mini_batch_size or per_step))
         return self.total_steps * minis * algorithm.update_epochs

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     import faulthandler
     import signal
 
-    from .world import RankEnv, WorldError
+    from ..distributed.world import RankEnv, WorldError
 
     # `kill -USR1 <pid>` prints where a rank is (a rank that waits on a peer, for one).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from ..config.topology import EngineConfig
-    from .role_worlds import join
-    from .world import init_model_parallel
+    from ..distributed.role_worlds import join
+    from ..distributed.world import init_model_parallel
 
     torch.set_num_threads(_threads(os.environ))
     try:
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             if env.rank == 0 and completed:
                 _summary(run, last)
         else:
-            from .roles import RoleWorker
+            from .role_worker import RoleWorker
 
             completed = RoleWorker(config, world).serve(stop)
         import torch.distributed as dist
@@ -138,9 +138,10 @@ def _reporter(run, controller: bool):
         return None
     from tqdm import tqdm
 
-    from .progress import ProgressWriter, progress_report
+    from .progress import ProgressTracker, ProgressWriter
 
     writer = ProgressWriter()
+    tracker = ProgressTracker(run.total_steps)
     bar = tqdm(total=run.total_steps, initial=run.step, desc=run.config.job, unit="step", dynamic_ncols=True, file=sys.stderr)
 
     def report(record: dict) -> None:
@@ -153,7 +154,7 @@ def _reporter(run, controller: bool):
         if "validation_reward_mean" in record:
             postfix["val"] = f"{record['validation_reward_mean']:.3f}"
         bar.set_postfix(postfix)
-        writer.write(progress_report(record, run.total_steps, run.last_checkpoint))
+        writer.write(tracker.report(record, run.last_checkpoint))
         if "validation_reward_mean" in record or record["step"] == run.total_steps:
             bar.write(f"step {record['step']}: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(record.items())
                                                           if isinstance(v, float) and "/" not in k))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 
 from ..algorithms.shaping import informative_groups, overlong_penalty
-from ..config.algorithm import DAPOSpec
 from .context import StepContext
 from .records import Rollout, Scores
 from .registry import register_step
@@ -19,8 +18,8 @@ from .registry import register_step
 
 @register_step("dynamic_sampling", summary="DAPO: keep only groups whose rewards differ, drawing more prompts to fill the step")
 def dynamic_sampling(ctx: StepContext) -> None:
-    spec = ctx.config.algorithm.dapo or DAPOSpec()
-    max_new = ctx.config.rollout.max_new_tokens
+    spec = ctx.config.algorithm.block("dapo")  # the dapo preset's block: its own, or its defaults
+    max_new = ctx.config.rollout.max_response_tokens  # a multi-turn trajectory: its whole budget
     buffer = spec.overlong_buffer if spec.overlong_buffer is not None else max_new // 5
     wanted = ctx.config.trainer.prompts_per_step
     ctx.record.add(lr=ctx.learning_rate())
@@ -34,7 +33,8 @@ def dynamic_sampling(ctx: StepContext) -> None:
         raw = ctx.score(rollout, then_train=False)
         lengths = torch.tensor([len(c.token_ids) for c in rollout.completions])
         penalty = overlong_penalty(lengths, max_new, buffer, spec.overlong_penalty)
-        shaped = Scores(raw.values + penalty, {**raw.parts, "overlong_penalty": float(penalty.mean())})
+        shaped = Scores(raw.values + penalty, {**raw.parts, "overlong_penalty": float(penalty.mean())},
+                        {**raw.sources, "overlong_penalty": penalty}, {**raw.weights, "overlong_penalty": 1.0})
         seen_rewards.append(raw.values)
         draws += 1
         drawn += len(rollout.examples)
@@ -53,7 +53,5 @@ def dynamic_sampling(ctx: StepContext) -> None:
     if not kept.completions:
         ctx.record.add(update_skipped=1.0)  # every group was uninformative: nothing to learn from
         return
-    batch = ctx.batch(kept)
-    ctx.forward_roles(batch)
-    ctx.advantages(batch, kept, kept_scores)
-    ctx.update(batch)
+    forwarded = ctx.forward_roles(ctx.batch(kept))
+    ctx.update(ctx.advantages(forwarded, kept, kept_scores))

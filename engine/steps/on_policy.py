@@ -1,4 +1,4 @@
-"""The on-policy RL step every preset but dapo and dpo runs (the data flow of one step in docs/architecture.md)."""
+"""The on-policy RL step every generating preset but dapo runs (the data flow of one step in docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,5 @@ def on_policy(ctx: StepContext) -> None:
     scores = ctx.score(rollout)
     ctx.record.add(reward_mean=float(scores.values.mean()))
     ctx.record.add({f"reward/{k}": v for k, v in scores.parts.items()})
-    batch = ctx.batch(rollout)
-    ctx.forward_roles(batch)
-    ctx.advantages(batch, rollout, scores, greedy)
-    ctx.update(batch)
+    forwarded = ctx.forward_roles(ctx.batch(rollout))
+    ctx.update(ctx.advantages(forwarded, rollout, scores, greedy))

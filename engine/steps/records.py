@@ -49,15 +49,20 @@ class Scores:
     values: torch.Tensor
     """[B] float32, in completion order."""
     parts: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, torch.Tensor] = field(default_factory=dict)
+    """[B] each reward source's own reward of every completion (GDPO normalises each apart)."""
+    weights: dict[str, float] = field(default_factory=dict)
+    """Each source's weight in `values`."""
 
     def select(self, rows: list[int]) -> "Scores":
-        return Scores(self.values[rows], self.parts)
+        return Scores(self.values[rows], self.parts, {k: v[rows] for k, v in self.sources.items()}, self.weights)
 
     def __add__(self, other: "Scores") -> "Scores":
         n, m = len(self.values), len(other.values)
         parts = {k: (self.parts.get(k, 0.0) * n + other.parts.get(k, 0.0) * m) / max(1, n + m)
                  for k in {*self.parts, *other.parts}}
-        return Scores(torch.cat([self.values, other.values]), parts)
+        sources = {k: torch.cat([self.sources[k], other.sources[k]]) for k in self.sources if k in other.sources}
+        return Scores(torch.cat([self.values, other.values]), parts, sources, {**self.weights, **other.weights})
 
 
 @dataclass

@@ -11,10 +11,11 @@ from typing import Any, Protocol
 from ..algorithms.registry import AdvantageEstimator
 from ..config.topology import EngineConfig
 from ..data import PromptEncoder, PromptLoader
-from ..runtime.generation import Generator
-from ..runtime.policy import LossFn, MegatronLM
-from ..runtime.role_access import RoleAccess
-from ..runtime.switch import HybridSwitch
+from ..rollout.generation import Generator
+from ..rollout.multi_turn import MultiTurnRollout
+from ..training.policy import LossFn, MegatronLM
+from ..distributed.role_access import RoleAccess
+from ..rollout.switch import HybridSwitch
 from .records import Rollout, Scores
 
 
@@ -41,8 +42,12 @@ class StepRun(Protocol):
     generator: Generator | None
     """vLLM on this rank's replica; None for a job that generates nothing (dpo)."""
     switch: HybridSwitch | None
+    multi_turn: MultiTurnRollout | None
+    """A multi-turn job's rollout loop (rollout.multiTurn); None otherwise."""
     estimator: AdvantageEstimator | None
-    policy_loss: LossFn | None
+    """The registered estimator that runs (None for a preset that trains on pairs)."""
+    policy_loss: LossFn
+    """The job's loss: its registered policy loss and the KL and entropy terms (training/losses.py)."""
     value_loss: LossFn
     recompute_old_logprobs: bool
 

@@ -1,7 +1,7 @@
 """Layers of a megatron-core GPT model that read the layout of the micro-batch being computed.
 
 megatron-core's forward takes token ids, positions and a mask; a packed micro-batch
-(runtime/packing.py) needs more than that: the rotary embedding must follow each token's own
+(training/packing.py) needs more than that: the rotary embedding must follow each token's own
 position (positions restart per sequence, or continue from a shared prompt), and the output layer
 computes only the positions that predict a response token. Each function here wraps one module's
 forward, in place, so that it reads what it needs from `current()`: the `ModelInputs` of the
@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from ..runtime.packing import ModelInputs
+from .packing import ModelInputs
 
 CurrentInputs = Callable[[], ModelInputs]
 

@@ -2,7 +2,7 @@
 
 megatron-core's packed-sequence path (THD, `PackedSeqParams`) needs Transformer Engine's attention,
 which does not run on a CPU, and its local attention is dense over a whole row. A packed micro-batch
-(runtime/packing.py) is one flat run of segments, each a sequence or a prompt with its samples;
+(training/packing.py) is one flat run of segments, each a sequence or a prompt with its samples;
 here each segment's queries attend to its own keys only, through torch's scaled-dot-product
 attention (its fused CPU kernel, grouped-query heads without copying the keys), with the
 segment's own mask or plain causal attention. The linear layers around it see the flat run, so
@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..runtime.packing import Segment
+from .packing import Segment
 
 
 def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: Sequence[Segment],

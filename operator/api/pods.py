@@ -8,6 +8,8 @@ CEL) in the API server alike.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from kuberl.engine.config import Rule, SpecModel
@@ -101,7 +103,8 @@ def _reserved_mounts(s: "PodTemplate") -> list[str]:
     return [f"{m.mount_path} ({reserved})" for m in s.volume_mounts or [] if (reserved := shadows_reserved_path(m.mount_path))]
 
 
-def _reserved_env(s: "PodTemplate | InitializerSpec") -> list[str]:
+def _reserved_env(s: Any) -> list[str]:
+    """`s`: a PodTemplate or an InitializerSpec (whatever has env)."""
     return [e.name for e in s.env or [] if reserved_env(e.name)]
 
 

@@ -17,7 +17,20 @@ from kuberl.engine.config import (
     TokenizerSpec,
     TrainerSpec,
 )
-from kuberl.engine.config.algorithm import group_baseline_cel, needs_critic_cel
+from kuberl.engine.config.algorithm_catalog import ADVANTAGES, PRESETS
+from kuberl.engine.config.algorithm_rules import (
+    CRITIC_ESTIMATORS,
+    CRITIC_PRESETS,
+    PAIR_PRESETS,
+    REFERENCE_PRESETS,
+    cel_in,
+    group_baseline_cel,
+    group_option_cel,
+    needs_critic_cel,
+    pairs_cel,
+    words,
+)
+from kuberl.engine.config.options import option_manifest_name
 
 from .initializer import CacheSpec, InitializerSpec
 from .kube_grammar import DNSSubdomain, ImageReference
@@ -50,16 +63,8 @@ def _immutable(field: str) -> dict[str, str]:
     }
 
 
-def _reinforce_pp_baseline(s: "RLJobSpec") -> bool:
-    """Whether the job asks for REINFORCE++'s group baseline explicitly (its block, or the estimator's options)."""
-    algorithm = s.algorithm
-    if algorithm.advantage is not None:
-        return algorithm.advantage.name == "reinforce_pp" and algorithm.advantage.options.get("baseline") is True
-    return algorithm.name == "reinforce_pp" and algorithm.reinforce_pp is not None and algorithm.reinforce_pp.baseline is True
-
-
 def _sequences_per_step(s: "RLJobSpec") -> int:
-    samples = 1 if s.algorithm.name == "dpo" else s.rollout_or_default().samples_per_prompt
+    samples = 1 if s.algorithm.pairs else s.rollout_or_default().samples_per_prompt
     return s.trainer.prompts_per_step * samples
 
 
@@ -69,7 +74,9 @@ def _mini_batch(s: "RLJobSpec") -> int:
 
 # CEL spellings of the two helpers above (defaults written out: the API server has applied the
 # CRD's defaults before it evaluates a rule, but rollout itself may be absent).
-_SAMPLES_CEL = "(self.algorithm.name == 'dpo' || !has(self.rollout) ? 1 : self.rollout.samplesPerPrompt)"
+_SAMPLES_CEL = f"({pairs_cel('self.algorithm')} || !has(self.rollout) ? 1 : self.rollout.samplesPerPrompt)"
+_PAIRS, _REFERENCE = words(PAIR_PRESETS), words(REFERENCE_PRESETS)
+_GROUP_OPTIONS = words(f"{name}'s {option_manifest_name(k)}: {str(v).lower()}" for name, e in ADVANTAGES.items() for k, v in e.group_options.items())
 _SEQUENCES_CEL = f"self.trainer.promptsPerStep * {_SAMPLES_CEL}"
 _MINI_CEL = f"(has(self.trainer.miniBatchSize) ? self.trainer.miniBatchSize : {_SEQUENCES_CEL})"
 
@@ -120,9 +127,9 @@ class RLJobSpec(SpecModel):
     data: DataSpec
     algorithm: AlgorithmSpec
     rollout: RolloutSpec | None = None
-    """Generation settings (not for dpo, which does not generate)."""
+    """Generation settings (not for a preset that trains on given preference pairs: dpo)."""
     reward: RewardSpec | None = None
-    """Required except for dpo, whose preference pairs are the signal."""
+    """Required except for a preset that trains on preference pairs (dpo): its pairs are the signal."""
     roles: Roles
     trainer: TrainerSpec
     run_policy: RunPolicy = RunPolicy()
@@ -160,15 +167,15 @@ class RLJobSpec(SpecModel):
             field="initializer",
         ),
         Rule(
-            message="ppo needs roles.critic (GAE learns a value function)",
+            message=f"{words(CRITIC_PRESETS)} needs roles.critic (an estimator that learns a value function: {words(CRITIC_ESTIMATORS)})",
             check=lambda s: not s.algorithm.needs_critic or s.roles.critic is not None,
             cel=f"!{needs_critic_cel('self.algorithm')} || has(self.roles.critic)",
             field="roles.critic",
         ),
         Rule(
-            message="roles.critic is only used by ppo (an estimator that learns a critic: gae)",
-            check=lambda s: s.roles.critic is None or s.algorithm.needs_critic,
-            cel=f"!has(self.roles.critic) || {needs_critic_cel('self.algorithm')}",
+            message=f"roles.critic is only used by {words(CRITIC_PRESETS)} (an estimator that learns a critic: {words(CRITIC_ESTIMATORS)})",
+            check=lambda s: s.roles.critic is None or s.algorithm.needs_critic or s.algorithm.preset is None,
+            cel=f"!has(self.roles.critic) || {needs_critic_cel('self.algorithm')} || !({cel_in('self.algorithm.name', PRESETS)})",
             field="roles.critic",
         ),
         Rule(
@@ -179,61 +186,60 @@ class RLJobSpec(SpecModel):
             detail=lambda s: f"{s.algorithm.advantage_name} needs {s.algorithm.min_samples}",
         ),
         Rule(
-            message="reinforce_pp's baseline subtracts the mean of a prompt's samples: with samplesPerPrompt 1 every advantage "
-            "is 0; set samplesPerPrompt >= 2, or leave the baseline out (its default follows samplesPerPrompt)",
-            check=lambda s: not _reinforce_pp_baseline(s) or s.rollout_or_default().samples_per_prompt >= 2,
+            message=f"an option asks the estimator to compare a prompt's samples ({_GROUP_OPTIONS}), but with samplesPerPrompt 1 "
+            "there is nothing to compare: set samplesPerPrompt >= 2, or leave the option out (its default follows samplesPerPrompt)",
+            check=lambda s: not s.algorithm.group_option_set or s.rollout_or_default().samples_per_prompt >= 2,
             # The preset's block here; advantage.options are free values that CEL cannot read (checked by the parser).
-            cel="self.algorithm.name != 'reinforce_pp' || has(self.algorithm.advantage)"
-            " || !has(self.algorithm.reinforcePp) || !has(self.algorithm.reinforcePp.baseline) || !self.algorithm.reinforcePp.baseline"
-            " || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
+            cel=f"!{group_option_cel('self.algorithm')} || (has(self.rollout) && self.rollout.samplesPerPrompt >= 2)",
             field="rollout.samplesPerPrompt",
         ),
         Rule(
-            message="dpo needs roles.ref: its loss compares the policy with the reference policy (e.g. roles.ref: {colocateWith: actor})",
-            check=lambda s: s.algorithm.name != "dpo" or s.roles.ref is not None,
-            cel="self.algorithm.name != 'dpo' || has(self.roles.ref)",
+            message=f"{_REFERENCE} needs roles.ref: its loss compares the policy with the reference policy (e.g. roles.ref: {{colocateWith: actor}})",
+            check=lambda s: s.algorithm.preset is None or not s.algorithm.preset.needs_reference or s.roles.ref is not None,
+            cel=f"!({cel_in('self.algorithm.name', REFERENCE_PRESETS)}) || has(self.roles.ref)",
             field="roles.ref",
         ),
         Rule(
             message="a KL term (algorithm.klCoef > 0) needs roles.ref, the reference policy (e.g. roles.ref: {colocateWith: actor})",
-            check=lambda s: s.algorithm.name == "dpo" or s.algorithm.kl_coef <= 0 or s.roles.ref is not None,
-            cel="self.algorithm.name == 'dpo' || !(self.algorithm.klCoef > 0.0) || has(self.roles.ref)",
+            check=lambda s: s.algorithm.pairs or s.algorithm.kl_coef <= 0 or s.roles.ref is not None,
+            cel=f"{pairs_cel('self.algorithm')} || !(self.algorithm.klCoef > 0.0) || has(self.roles.ref)",
             field="roles.ref",
         ),
         Rule(
-            message="roles.ref is unused: algorithm.klCoef is 0 and the algorithm is not dpo",
-            check=lambda s: s.roles.ref is None or s.algorithm.needs_reference,
-            cel="!has(self.roles.ref) || self.algorithm.name == 'dpo' || self.algorithm.klCoef > 0.0",
+            message=f"roles.ref is unused: algorithm.klCoef is 0 and the preset is not one that compares with it ({_REFERENCE})",
+            check=lambda s: s.roles.ref is None or s.algorithm.needs_reference or s.algorithm.preset is None,
+            cel=f"!has(self.roles.ref) || {cel_in('self.algorithm.name', REFERENCE_PRESETS)} || self.algorithm.klCoef > 0.0"
+            f" || !({cel_in('self.algorithm.name', PRESETS)})",
             field="roles.ref",
         ),
         Rule(
-            message="dpo trains on preference pairs and does not generate: remove rollout",
-            check=lambda s: s.algorithm.name != "dpo" or s.rollout is None,
-            cel="self.algorithm.name != 'dpo' || !has(self.rollout)",
+            message=f"{_PAIRS} trains on preference pairs and does not generate: remove rollout",
+            check=lambda s: not s.algorithm.pairs or s.rollout is None,
+            cel=f"!({pairs_cel('self.algorithm')}) || !has(self.rollout)",
             field="rollout",
         ),
         Rule(
-            message="dpo needs data.chosenField and data.rejectedField",
-            check=lambda s: s.algorithm.name != "dpo" or (s.data.chosen_field is not None and s.data.rejected_field is not None),
-            cel="self.algorithm.name != 'dpo' || (has(self.data.chosenField) && has(self.data.rejectedField))",
+            message=f"{_PAIRS} needs data.chosenField and data.rejectedField",
+            check=lambda s: not s.algorithm.pairs or (s.data.chosen_field is not None and s.data.rejected_field is not None),
+            cel=f"!({pairs_cel('self.algorithm')}) || (has(self.data.chosenField) && has(self.data.rejectedField))",
             field="data",
         ),
         Rule(
-            message="data.chosenField and data.rejectedField apply only to dpo",
-            check=lambda s: s.algorithm.name == "dpo" or (s.data.chosen_field is None and s.data.rejected_field is None),
-            cel="self.algorithm.name == 'dpo' || (!has(self.data.chosenField) && !has(self.data.rejectedField))",
+            message=f"data.chosenField and data.rejectedField apply only to {_PAIRS}",
+            check=lambda s: s.algorithm.pairs or (s.data.chosen_field is None and s.data.rejected_field is None),
+            cel=f"{pairs_cel('self.algorithm')} || (!has(self.data.chosenField) && !has(self.data.rejectedField))",
             field="data",
         ),
         Rule(
             message="reward is required: rules, a python file or a reward model",
-            check=lambda s: s.algorithm.name == "dpo" or s.reward is not None,
-            cel="self.algorithm.name == 'dpo' || has(self.reward)",
+            check=lambda s: s.algorithm.pairs or s.reward is not None,
+            cel=f"{pairs_cel('self.algorithm')} || has(self.reward)",
             field="reward",
         ),
         Rule(
-            message="dpo takes no reward: its preference pairs are the signal",
-            check=lambda s: s.algorithm.name != "dpo" or s.reward is None,
-            cel="self.algorithm.name != 'dpo' || !has(self.reward)",
+            message=f"{_PAIRS} takes no reward: its preference pairs are the signal",
+            check=lambda s: not s.algorithm.pairs or s.reward is None,
+            cel=f"!({pairs_cel('self.algorithm')}) || !has(self.reward)",
             field="reward",
         ),
         Rule(
@@ -257,6 +263,12 @@ class RLJobSpec(SpecModel):
         ),
         *_batch_rules("actor"),
         *_batch_rules("critic"),
+        Rule(
+            message="rollout.multiTurn needs data.chatTemplate: true (tool calls and their results are chat messages)",
+            check=lambda s: s.rollout is None or s.rollout.multi_turn is None or s.data.chat_template,
+            cel="!has(self.rollout) || !has(self.rollout.multiTurn) || !has(self.data.chatTemplate) || self.data.chatTemplate",
+            field="data.chatTemplate",
+        ),
         Rule(
             message="trainer.validationInterval needs data.validation",
             check=lambda s: s.trainer.validation_interval == 0 or s.data.validation is not None,

@@ -88,6 +88,15 @@ class RLJobStatus(SpecModel):
     """The last finished training step."""
     total_steps: int | None = Field(default=None, ge=0)
     """The steps the job will train (trainer.totalSteps, or the epochs' steps)."""
+    progress: int | None = Field(default=None, ge=0, le=100)
+    """Percent of totalSteps done: 100 * step / totalSteps, rounded down."""
+    eta_seconds: int | None = Field(default=None, ge=0)
+    """Seconds until the last step, as the controller rank estimated at its last report: the mean time of its
+    recent steps times the steps left. Unset ("unknown") until it has timed 3 steps since its pods started."""
+    validation_reward: float | None = None
+    """The latest mean reward of greedy responses on data.validation (every trainer.validationInterval steps)."""
+    validation_step: int | None = Field(default=None, ge=0)
+    """The step at which validationReward was measured."""
     restarts: int = Field(default=0, ge=0)
     """Gang restarts so far (a failed pod restarts every pod from the last checkpoint); runPolicy.backoffLimit bounds them."""
     preemptions: int = Field(default=0, ge=0)
@@ -106,3 +115,10 @@ class RLJobStatus(SpecModel):
     """When the job succeeded or failed."""
     observed_generation: int | None = Field(default=None, ge=0)
     """The RLJob's metadata.generation that the status reflects."""
+
+
+def progress_percent(step: int | None, total_steps: int | None) -> int | None:
+    """100 * step / total_steps, rounded down and kept within 0-100; None when either is unknown (or no step is planned)."""
+    if step is None or not total_steps:
+        return None
+    return max(0, min(100, 100 * step // total_steps))

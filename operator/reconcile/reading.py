@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from kuberl.engine.config import ProgressReport
 
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
+from ..api.status import progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
 
 
@@ -135,6 +136,12 @@ def apply_progress(status: RLJobStatus, raw: str | None) -> None:
         return  # a half-written or foreign report: keep the last good numbers
     status.step = report.step
     status.total_steps = report.total_steps if report.total_steps is not None else status.total_steps
+    status.progress = progress_percent(status.step, status.total_steps)
+    # A fresh report after a restart has no ETA yet: unknown, not the old one.
+    status.eta_seconds = None if report.eta_seconds is None else round(report.eta_seconds)
     status.metrics = MetricsSnapshot(reward_mean=report.reward_mean, kl=report.kl, tokens_per_second=report.tokens_per_second)
     if report.last_checkpoint is not None:
         status.last_checkpoint = report.last_checkpoint
+    if report.validation_reward_mean is not None:  # kept until the next validation, across restarts too
+        status.validation_reward = report.validation_reward_mean
+        status.validation_step = report.validation_step

@@ -19,9 +19,10 @@ source (hf_api.py, file_download.py, _snapshot_download.py, utils/_http.py):
   as it does from the real CDN's signed URLs. `Range` requests (a resumed download) answer 206.
 - Errors as the hub signals them, in `X-Error-Code` / `X-Error-Message` (hf_raise_for_status): an
   unknown repository 404 RepoNotFound, an unknown revision 404 RevisionNotFound, a missing file 404
-  EntryNotFound (with `X-Repo-Commit`). With a `token`, every repository is private: a request without
-  `Authorization` gets 401 RepoNotFound (what the hub answers for a private repository), one with
-  another token 401 "Invalid credentials in Authorization header" (the message the client tells apart).
+  EntryNotFound (with `X-Repo-Commit`). With a `token`, a repository is private unless added as public:
+  a request for a private one without `Authorization` gets 401 RepoNotFound (what the hub answers for a
+  private repository); a request with another token, for any repository, 401 "Invalid credentials in
+  Authorization header" (the message the client tells apart).
 
 Not served: Xet storage (no `xetHash`, no `X-Xet-*` headers: the client downloads over plain HTTP),
 gated repositories, datasets and spaces, uploads.
@@ -148,27 +149,38 @@ class _Listener(ThreadingHTTPServer):
         super().__init__((host, port), _Handler)
 
 
+def _repo_of(path: str) -> str:
+    """The repository a hub URL path names: /api/models/{repo}[/...] or /{repo}/resolve/..."""
+    rest = path[len("/api/models/"):] if path.startswith("/api/models/") else path.lstrip("/").partition("/resolve/")[0]
+    for marker in ("/tree/", "/revision/"):
+        rest = rest.partition(marker)[0]
+    return unquote(rest.rstrip("/"))
+
+
 class HubServer:
     """The stand-in hub: model repositories from local folders, served over HTTP on `host`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, token: str | None = None, *,
                  storage_port: int | None = None, log_file: Path | None = None):
         """port None: any free port (see `url`). storage_port: the LFS storage origin's (None: any free port);
-        a pod that downloads through this server must reach both. token: the repositories are private to
-        it. log_file: each request is also appended to it as a JSON line."""
+        a pod that downloads through this server must reach both. token: the repositories not added as
+        public are private to it. log_file: each request is also appended to it as a JSON line."""
         self.host, self.token, self.log_file = host, token, log_file
         self._hub = _Listener(host, port or 0, self, "hub")
         self._storage = _Listener(host, storage_port or 0, self, "storage")
         self._commits: dict[str, dict[str, Commit]] = {}
         self._refs: dict[str, dict[str, str]] = {}
+        self._public: set[str] = set()
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
         self._threads: list[threading.Thread] = []
 
     # --- content --------------------------------------------------------------------------------
 
-    def add_repo(self, repo_id: str, folder: Path) -> str:
+    def add_repo(self, repo_id: str, folder: Path, public: bool = False) -> str:
         """Serve the files under `folder` as a commit of `repo_id` and point its main branch at it.
+
+        `public`: anyone may read it, as a public model on the hub (matters only with a `token`).
 
         Returns the commit id (40 hex digits, a function of the files' paths and contents). Adding the same
         repository again adds a commit and moves main; the earlier commits stay reachable by their id. The
@@ -185,7 +197,13 @@ class HubServer:
         with self._lock:
             self._commits.setdefault(repo_id, {})[sha] = Commit(sha=sha, files=files)
             self._refs.setdefault(repo_id, {})[DEFAULT_BRANCH] = sha
+            if public:
+                self._public.add(repo_id)
         return sha
+
+    def is_public(self, repo_id: str) -> bool:
+        with self._lock:
+            return repo_id in self._public
 
     def commit(self, repo_id: str, revision: str = DEFAULT_BRANCH) -> str | None:
         """The commit that `revision` of `repo_id` names, as the hub would resolve it (None: no such one)."""
@@ -303,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _hub(self, send_body: bool) -> int:
         path = urlsplit(self.path).path
-        refused = self._refuse_auth(send_body)
+        refused = self._refuse_auth(_repo_of(path), send_body)
         if refused:
             return refused
         if path.startswith("/api/models/"):
@@ -314,12 +332,14 @@ class _Handler(BaseHTTPRequestHandler):
             return self._resolve_file(unquote(repo), unquote(revision), unquote(file), send_body)
         return self._json(404, {"error": "Not Found"}, send_body)
 
-    def _refuse_auth(self, send_body: bool) -> int | None:
+    def _refuse_auth(self, repo_id: str, send_body: bool) -> int | None:
         token = self.server.hub.token
         if token is None:
             return None
         given = self.headers.get("Authorization")
         if given is None:
+            if self.server.hub.is_public(repo_id):
+                return None
             return self._error(401, "RepoNotFound", "Repository not found", send_body)
         if given != f"Bearer {token}":
             return self._error(401, None, _INVALID_TOKEN_MESSAGE, send_body)

@@ -102,7 +102,7 @@ def test_cel_rule_message_reaches_the_client(control_plane, rljob_crd) -> None:
     with pytest.raises(ApiException) as caught:
         _create(control_plane, doc)
     assert caught.value.status == 422
-    assert "ppo needs roles.critic (GAE learns a value function)" in json.loads(caught.value.body)["message"]
+    assert "ppo needs roles.critic (an estimator that learns a value function: gae)" in json.loads(caught.value.body)["message"]
 
 
 def test_status_subresource_and_printer_columns(control_plane, rljob_crd) -> None:

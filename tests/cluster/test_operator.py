@@ -6,7 +6,7 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -127,6 +127,10 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     assert any(v.empty_dir and v.empty_dir.medium == "Memory" for v in pod.spec.volumes)
     critic = critic_pods[0].spec
     assert "gsm8k" not in {v.name for v in critic.volumes}  # a role gets the volumes it mounts, no others
+
+    # Its pods hold the plane's GPU nodes (and, for Kueue, their quota): later modules need them free.
+    client.CustomObjectsApi(plane.api_client()).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    eventually(lambda: not live_pods(plane, ns, name), 120, "the example job's pods to go")
 
 
 def test_a_refused_token_fails_the_job_at_initialization_with_the_initializers_reason(control_plane, operator) -> None:

@@ -121,3 +121,11 @@ def operator_release(real_node, built_images, hub, node_schedulers):
     yield
     plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
 
+
+
+@pytest.fixture(scope="module")
+def lora_volumes(real_node) -> Path:
+    """Where the LoRA job's hostPath volume lives on the host (tests/node/test_lora_rljob.py)."""
+    root = real_node.workdir / "lora-volumes"
+    root.mkdir(exist_ok=True)
+    return root

@@ -110,11 +110,13 @@ def provision(node, host: Path) -> None:
                       "claimRef": {"namespace": "rl", "name": claim}}}))
 
 
+# The user's whole path: images pushed, the chart installed, a model fetched, ten steps trained on the node's CPUs.
+@pytest.mark.timeout(1800)
 def test_the_readme_cluster_quickstart_runs_as_written(real_node, node_schedulers, registry, hub, kube_binaries_dir: Path,
                                                        tmp_path: Path) -> None:
     from kuberl.engine.models.loading import gguf_to_hf_folder, smollm2_gguf
 
-    hub.add_repo(SMOLLM2_REPO, gguf_to_hf_folder(smollm2_gguf()))
+    hub.add_repo(SMOLLM2_REPO, gguf_to_hf_folder(smollm2_gguf()), public=True)  # public on the hub, as SmolLM2 is
     provision(real_node, tmp_path / "storage")
     work = checkout(tmp_path / "kuberl")
     env = {**os.environ, "REGISTRY": registry, "HF_ENDPOINT": hub.url, "KUBECONFIG": str(real_node.plane.kubeconfig),

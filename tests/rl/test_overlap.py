@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kuberl.engine.runtime.overlap import Background
+from kuberl.engine.common.overlap import Background
 
 
 def test_work_done_before_join_was_hidden_whole() -> None:

@@ -85,8 +85,8 @@ def test_without_the_totals_a_cut_would_change_the_update() -> None:
     """The check above can fail: micro-batches of unequal token counts, each its own token mean
     (what megatron-core's mean over micro-batches gives), weigh their tokens differently from the
     mini-batch's token mean, and the scale of loss_scale.py is what puts them back."""
-    from kuberl.engine.runtime.loss_scale import UpdateTotals
-    from kuberl.engine.runtime.sequences import micro_batches, pack
+    from kuberl.engine.training.loss_scale import UpdateTotals
+    from kuberl.engine.training.sequences import micro_batches, pack
 
     batch = pack(PROMPTS, RESPONSES, pad_id=0)
     per_token = torch.arange(batch.mask.numel(), dtype=torch.float32).reshape(batch.mask.shape) * batch.mask

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,17 @@ def test_arithmetic_generator_is_seeded() -> None:
     for example in a:
         x, y = (int(t) for t in example.prompt.removeprefix("What is ").removesuffix("?").split(" + "))
         assert example.answer == str(x + y) and 0 <= x <= 9 and 0 <= y <= 9
+
+
+def test_arithmetic_generator_with_three_operands() -> None:
+    for example in arithmetic(GeneratorSpec(name="arithmetic", count=20, seed=1, max_operand=50, operands=3)):
+        numbers = [int(t) for t in example.prompt.removeprefix("What is ").removesuffix("?").split(" + ")]
+        assert len(numbers) == 3 and example.answer == str(sum(numbers))
+    # Two operands draw what they always drew: the main job's prompts do not change.
+    rng = random.Random(1)
+    drawn = [(rng.randint(0, 50), rng.randint(0, 50)) for _ in range(3)]
+    assert [e.prompt for e in arithmetic(GeneratorSpec(name="arithmetic", count=3, seed=1, max_operand=50))] == \
+        [f"What is {a} + {b}?" for a, b in drawn]
 
 
 def test_jsonl_bad_lines_name_file_and_line(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from kuberl.engine.config.topology import EngineConfig
 from kuberl.engine.runtime import checkpoint as ckpt
-from kuberl.engine.runtime.role_worlds import blocks
+from kuberl.engine.distributed.role_worlds import blocks
 
 
 def engine_config(roles: dict, world_size: int) -> EngineConfig:

@@ -35,7 +35,7 @@ def main() -> None:
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.convert import hf_to_megatron
 
-    from kuberl.engine.runtime.world import init_model_parallel
+    from kuberl.engine.distributed.world import init_model_parallel
     init_model_parallel(args.tp, args.pp, seed=1234)
     blob = torch.load(args.model, weights_only=False)
     arch = LlamaArch.from_hf_config(blob["hf_config"])
@@ -87,9 +87,9 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     from kuberl.engine.config.trainer import OptimizerSpec
     from kuberl.engine.hybrid.reshard import Resharder
     from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
-    from kuberl.engine.runtime.loss_scale import UpdateTotals
-    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
-    from kuberl.engine.runtime.sequences import micro_batches, pack
+    from kuberl.engine.training.loss_scale import UpdateTotals
+    from kuberl.engine.training.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.training.sequences import micro_batches, pack
 
     rollout = VLLMRollout(args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True,
                           tensor_parallel_size=args.tg)

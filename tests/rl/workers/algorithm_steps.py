@@ -25,8 +25,8 @@ def main() -> None:
     from kuberl.engine.config.topology import EngineConfig
     from kuberl.engine.runtime.checks import check_supported
     from kuberl.engine.runtime.rl import RLRun, Timer
-    from kuberl.engine.runtime.role_worlds import join
-    from kuberl.engine.runtime.world import RankEnv, init_model_parallel
+    from kuberl.engine.distributed.role_worlds import join
+    from kuberl.engine.distributed.world import RankEnv, init_model_parallel
 
     torch.set_num_threads(int(os.environ.get("KUBERL_THREADS", "1")))
     env = RankEnv.from_environ()
@@ -41,10 +41,11 @@ def main() -> None:
     for spec in specs:
         run.use_algorithm(spec)
         before = {k: v.clone() for k, v in run.actor.megatron_state().items()}
-        record = run.run_step(Timer())
+        timer = Timer()
+        record = run.run_step(timer)
         run.step += 1
         moved = any(not torch.equal(before[k], v) for k, v in run.actor.megatron_state().items())
-        out.append({"algorithm": spec.to_manifest(), "moved": moved, **record})
+        out.append({"algorithm": spec.to_manifest(), "moved": moved, "phase_seconds": dict(timer.seconds), **record})
     if env.rank == 0:
         Path(args.out).write_text("\n".join(json.dumps(r) for r in out))
     run.close()

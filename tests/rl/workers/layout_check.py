@@ -30,9 +30,9 @@ def main() -> None:
     from kuberl.engine.config.trainer import OptimizerSpec
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.loading import read_hf_config, read_hf_state_dict
-    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits
-    from kuberl.engine.runtime.sequences import micro_batches, pack
-    from kuberl.engine.runtime.world import init_model_parallel
+    from kuberl.engine.training.policy import MegatronLM, response_logprobs_from_logits
+    from kuberl.engine.training.sequences import micro_batches, pack
+    from kuberl.engine.distributed.world import init_model_parallel
 
     init_model_parallel(args.tp, args.pp, seed=0)
     folder = Path(args.model)
@@ -95,9 +95,9 @@ def split_gradients(policy, batch) -> dict:
     micro-batch on every rank (the reference), and this rank's DP shard in micro-batches of one
     sequence, of two, and by a token budget."""
     from kuberl.engine.config.algorithm import AlgorithmSpec
-    from kuberl.engine.runtime.loss_scale import UpdateTotals
-    from kuberl.engine.runtime.losses import policy_loss_fn
-    from kuberl.engine.runtime.sequences import micro_batches
+    from kuberl.engine.training.loss_scale import UpdateTotals
+    from kuberl.engine.training.losses import policy_loss_fn
+    from kuberl.engine.training.sequences import micro_batches
 
     noise = torch.Generator().manual_seed(2)
     with torch.no_grad():
@@ -107,7 +107,7 @@ def split_gradients(policy, batch) -> dict:
     policy.packed, policy.share_prefix = True, True
     dp = policy.place.dp_size
     out: dict = {}
-    for aggregation in ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm"):
+    for aggregation in ("token_mean", "token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"):
         algorithm = AlgorithmSpec.model_validate({"name": "grpo", "lossAggregation": aggregation, "klCoef": 0.1,
                                                   "entropyCoef": 0.01})
         loss = policy_loss_fn(algorithm, horizon=8)

@@ -29,9 +29,13 @@ def main() -> None:
 
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.loading import read_hf_config, read_hf_state_dict
-    from kuberl.engine.runtime.policy import MegatronLM, response_logprobs_from_logits, vocab_parallel_entropy
-    from kuberl.engine.runtime.sequences import micro_batches, on_response_grid, pack
-    from kuberl.engine.runtime.world import init_model_parallel
+    from kuberl.engine.training.policy import (
+        MegatronLM,
+        response_logprobs_from_logits,
+        vocab_parallel_entropy,
+    )
+    from kuberl.engine.training.sequences import micro_batches, on_response_grid, pack
+    from kuberl.engine.distributed.world import init_model_parallel
 
     init_model_parallel(args.tp, args.pp, seed=0)
     folder = Path(args.model)

@@ -1,0 +1,92 @@
+"""One hub repository into the cache: from the cache alone when its commit is complete there, else from the hub,
+with bounded retries of what may pass (an unreachable hub, a failed download)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from ..config.initialization import FetchedRepo
+from ..config.model import WeightsSource
+from .cache import blob_name, complete_snapshot, folder_bytes, repo_folder, snapshot_size, write_ref
+from .failures import InitializationFailed, classify
+from .http import request_timeout
+from .report import human_bytes
+from .settings import COMMIT, MAX_ATTEMPTS, Hub
+
+log = logging.getLogger("kuberl.initializer")
+
+def fetch(field: str, source: WeightsSource, hub: Hub) -> FetchedRepo:
+    """One source into the cache: from the cache alone when its commit is complete there, else from the hub."""
+    repo = source.hub_id
+    assert repo is not None
+    if source.revision is not None and COMMIT.fullmatch(source.revision):
+        snapshot = complete_snapshot(hub.cache_dir, repo, source.revision)
+        if snapshot is not None:
+            files, size = snapshot_size(snapshot)
+            log.info("%s.hubId %s@%s: complete in the cache (%d files, %s), nothing to fetch",
+                     field, repo, source.revision[:12], files, human_bytes(size))
+            return FetchedRepo(field=field, repo=repo, revision=source.revision, commit=source.revision, files=files,
+                               bytes=size)
+    started = time.monotonic()
+    wait, attempt = 1.0, 1
+    while True:
+        try:
+            return _fetch_online(field, source, hub)
+        except Exception as exc:  # every failure is classified: the report must say why
+            failure = exc if isinstance(exc, InitializationFailed) else classify(exc, field, source, hub)
+            failure.message = hub.redact(failure.message)  # before it is logged
+        elapsed = time.monotonic() - started
+        if not failure.transient or attempt >= MAX_ATTEMPTS or elapsed + wait > hub.retry_seconds:
+            if failure.transient:
+                failure.message += f" (tried {attempt} times in {elapsed:.0f} s)"
+            raise failure
+        log.warning("%s; retrying in %.0f s (attempt %d)", failure.message, wait, attempt + 1)
+        time.sleep(wait)
+        wait, attempt = wait * 2, attempt + 1
+
+
+def _fetch_online(field: str, source: WeightsSource, hub: Hub) -> FetchedRepo:
+    from huggingface_hub import HfApi, snapshot_download
+
+    repo = source.hub_id
+    assert repo is not None
+    api = HfApi(endpoint=hub.endpoint, token=hub.token or False)
+    info = api.repo_info(repo, revision=source.revision, files_metadata=True, timeout=request_timeout())
+    commit = info.sha
+    if commit is None or not COMMIT.fullmatch(commit):
+        raise InitializationFailed("DownloadFailed", f"{field}.hubId {repo}: the hub at {hub.endpoint} named no commit "
+                                   f"for revision {source.revision or 'main'}: is HF_ENDPOINT a Hugging Face hub?")
+    storage = hub.cache_dir / repo_folder(repo)
+    blobs = storage / "blobs"
+    # A file the cache already holds (by content: the blob's name is its ETag) takes no space.
+    missing = sum(s.size or 0 for s in info.siblings or [] if not (blobs / blob_name(s)).exists())
+    hub.cache_dir.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(hub.cache_dir).free
+    if missing > free:
+        raise InitializationFailed("CacheVolumeFull", (
+            f"{field}.hubId {repo}@{commit[:12]}: needs {human_bytes(missing)} more in the cache volume, which has "
+            f"{human_bytes(free)} free: give the job a larger cache (cache.size, or a larger cache.claimName)"))
+    before = folder_bytes(blobs)
+    log.info("%s.hubId %s: revision %s is commit %s; fetching %s", field, repo, source.revision or "main", commit,
+             human_bytes(missing) if missing else "nothing new")
+    folder = Path(snapshot_download(repo, revision=commit, cache_dir=hub.cache_dir, token=hub.token or False,
+                                    endpoint=hub.endpoint, etag_timeout=request_timeout()))
+    fetched = max(0, folder_bytes(blobs) - before)
+    # snapshot_download returns a cached folder as it is when the hub fails it halfway and it cannot tell
+    # whether the folder is complete: the trainers must never be pointed at a partial snapshot.
+    absent = [s.rfilename for s in info.siblings or [] if not (folder / s.rfilename).is_file()]
+    if absent:
+        raise InitializationFailed("DownloadFailed", (
+            f"{field}.hubId {repo}@{commit[:12]}: {len(absent)} files missing after the download "
+            f"({', '.join(absent[:3])}): the hub stopped answering halfway"), transient=True)
+    if source.revision != commit:
+        # After the download, never before: refs/<branch> only ever names a complete snapshot.
+        write_ref(storage, source.revision or "main", commit)
+    files, size = snapshot_size(folder)
+    log.info("%s.hubId %s@%s: %d files, %s in the cache, %s downloaded", field, repo, commit[:12], files,
+             human_bytes(size), human_bytes(fetched))
+    return FetchedRepo(field=field, repo=repo, revision=source.revision, commit=commit, files=files, bytes=size,
+                       fetched_bytes=fetched)

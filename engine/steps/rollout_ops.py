@@ -1,0 +1,77 @@
+"""The StepContext's operations before the batch: prompts, generation, rewards, the switch back."""
+
+from __future__ import annotations
+
+from ..common.overlap import Background
+from ..data import Example
+from ..rollout.vllm_backend import Sampling
+from .multi_turn import generate_multi_turn
+from .records import Rollout, Scores
+
+
+class RolloutOps:
+    """Mixed into StepContext (context.py), which sets run, timer, config, step and record."""
+
+    def next_prompts(self) -> list[Example]:
+        """The next batch of trainer.promptsPerStep examples of the seeded order (checkpointed)."""
+        return self.run.loader.next_batch()
+
+    def sampling(self, *, greedy: bool = False) -> Sampling:
+        """The job's sampling settings; greedy: one deterministic response per prompt."""
+        spec = self.config.rollout
+        assert spec is not None
+        if greedy:
+            return Sampling(max_new_tokens=spec.max_new_tokens, temperature=0.0, stop_token_ids=self.run.stop_ids())
+        return Sampling(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
+                        top_k=spec.top_k, n=spec.samples_per_prompt, stop_token_ids=self.run.stop_ids())
+
+    def generate(self, examples: list[Example], sampling: Sampling | None = None) -> Rollout:
+        """Completions of every example's prompt with vLLM, on every replica for its share (a
+        multi-turn job's trajectories: multi_turn.py)."""
+        run = self.run
+        if getattr(run, "multi_turn", None) is not None:
+            return generate_multi_turn(self, examples, sampling)
+        with self.timer("reshard"):
+            moved = run.switch.to_rollout()
+        for key, value in moved.items():
+            self.record.metrics[key] = self.record.metrics.get(key, 0.0) + value
+        prompts = [run.encoder.encode(e) for e in examples]
+        # The seed of the first draw is the step's (a resumed run draws alike); later draws of one step differ.
+        seed = self.config.trainer.seed * 1_000_003 + self.step * 1009 + run.generator.replica + 7919 * self._draws
+        self._draws += 1
+        with self.timer("rollout"):
+            completions = run.generator.generate(prompts, sampling or self.sampling(), seed)
+        rollout = Rollout(list(examples), prompts, completions)
+        self._rollout_tokens += rollout.tokens
+        self.record.add(rollout_tokens_per_second=self._rollout_tokens / max(self.timer.seconds["rollout"], 1e-9))
+        if run.generator.prefix_cache_hit_ratio is not None:
+            self.record.add(rollout_prefix_cache_hit_ratio=run.generator.prefix_cache_hit_ratio)
+        return rollout
+
+    def score(self, rollout: Rollout, *, then_train: bool = True) -> Scores:
+        """The job's reward of every completion (on the controller, broadcast). With then_train, the
+        switch back to training runs while the rewards are scored."""
+        run = self.run
+        back = Background(run.switch.to_training) if then_train and run.switch.generating else None
+        with self.timer("reward"):
+            scores = run.score(rollout)
+        if back is not None:
+            with self.timer("switch_back"):  # what the scoring did not hide
+                seconds, hidden = back.join()
+            self._switch_back(seconds, hidden)
+        return scores
+
+    def to_training(self) -> None:
+        """Back to training mode, in the foreground (after score(..., then_train=False))."""
+        if self.run.switch is not None and self.run.switch.generating:
+            started = self.timer.seconds.get("switch_back", 0.0)
+            with self.timer("switch_back"):
+                self.run.switch.to_training()
+            self._switch_back(self.timer.seconds["switch_back"] - started, 0.0)
+
+    def _switch_back(self, seconds: float, hidden: float) -> None:
+        m = self.record.metrics
+        m["switch_back_seconds"] = m.get("switch_back_seconds", 0.0) + seconds
+        m["switch_back_hidden_seconds"] = m.get("switch_back_hidden_seconds", 0.0) + hidden
+        switch = m.get("reshard_seconds", 0.0) + m["switch_back_seconds"]
+        m["switch_hidden_share"] = m["switch_back_hidden_seconds"] / switch if switch > 0 else 0.0

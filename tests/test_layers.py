@@ -1,0 +1,79 @@
+"""The engine's folders are its layers, and every import points down (or stays within its folder).
+
+A module may import from its own folder and from the folders listed before its own; an import of a
+later folder (an upward arrow), at module level or inside a function, fails this test. Read from the
+source with `ast`: no import is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ENGINE = Path(__file__).resolve().parent.parent / "engine"
+
+# Bottom to top. The layer of a folder's module may use any folder before it.
+LAYERS = (
+    "config",       # the job's sections: pure pydantic, no torch
+    "compat",       # megatron-core's CUDA-only calls redirected on CPU
+    "common",       # dtypes, user code loading, timers, overlap of work with waiting
+    "models",       # architectures, weights on disk, where a model's folder is
+    "algorithms",   # the RL math behind registries: estimators, losses, presets
+    "data",         # prompt sets
+    "tracking",     # TensorBoard, MLflow, W&B
+    "hub",          # the initializer: hub repositories into the cache
+    "rewards",      # rule, Python and reward-model rewards
+    "agents",       # multi-turn tools (sandboxed), tool-call parsers, environments, chat rendering: no torch
+    "training",     # Megatron models, packed micro-batches, losses, the update
+    "hybrid",       # the weights' layouts for training and generation, and moving between them
+    "rollout",      # vLLM, generation, the hybrid switch
+    "distributed",  # worlds of ranks, role links
+    "steps",        # the step functions and their context
+    "runtime",      # the run: composition, loop, checkpoints, progress, metrics, worker
+)
+
+
+def _folder(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["kuberl", "engine"] else None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every kuberl.engine import of a file, relative ones resolved."""
+    module = ["kuberl", "engine", *path.relative_to(ENGINE).with_suffix("").parts]
+    package = module if path.name == "__init__.py" else module[:-1]
+    if path.name == "__init__.py":
+        package = module[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+                names = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
+            else:
+                names = [node.module or ""]
+            found += [(node.lineno, n) for n in names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+    return [(line, name) for line, name in found if name.startswith("kuberl.engine")]
+
+
+def test_every_engine_folder_is_a_layer() -> None:
+    folders = {p.name for p in ENGINE.iterdir() if p.is_dir() and not p.name.startswith("__")}
+    assert folders == set(LAYERS), f"folders without a layer: {folders - set(LAYERS)}; layers without a folder: {set(LAYERS) - folders}"
+    loose = sorted(p.name for p in ENGINE.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules outside any layer: {loose}"
+
+
+def test_imports_point_down() -> None:
+    upward = []
+    for path in sorted(ENGINE.rglob("*.py")):
+        own = path.relative_to(ENGINE).parts[0]
+        for line, target in _imports(path):
+            folder = _folder(target)
+            if folder is None or folder == own:
+                continue
+            if LAYERS.index(folder) > LAYERS.index(own):
+                upward.append(f"{path.relative_to(ENGINE.parent)}:{line} imports {target} ({own} -> {folder})")
+    assert not upward, "imports that point up a layer:\n" + "\n".join(upward)
