@@ -1,0 +1,123 @@
+"""Multi-turn rollouts: the tools a policy may call, and the bounds of one trajectory (rollout.multiTurn)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+from pydantic.alias_generators import to_snake
+
+from .algorithm import ENTRY_NAME
+from .base import LocalPath, Rule, SpecModel, pattern
+
+# The engine's built-in tools (kuberl.engine.agents registers them under these names); the names are
+# part of the API, so they live here, as the reward rules' do.
+BUILTIN_TOOLS = ("calculator", "python")
+
+_NAME = pattern(r"^[A-Za-z_][A-Za-z0-9_-]*$", "a tool name: letters, digits, '_' and '-', not starting with a digit or '-'")
+_FUNCTION = pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "a Python function name")
+_HTTP = pattern(r"^https?://[^\s]+$", "an http:// or https:// URL")
+_BUILTIN_CEL = "[" + ", ".join(f"'{name}'" for name in BUILTIN_TOOLS) + "]"
+
+
+class ToolSpec(SpecModel):
+    """A tool the policy may call: a built-in (name calculator or python alone), a function of a
+    Python file (path, function), or an HTTP endpoint (url; JSON arguments in, JSON out)."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    """What the model calls it; calculator and python alone are the built-ins."""
+    path: LocalPath | None = None
+    """A local .py file with the tool's function; it runs in a sandboxed process of its own per call."""
+    function: str | None = Field(default=None, min_length=1, max_length=256, pattern=_FUNCTION)
+    """The function of path to call with the model's arguments (keyword arguments); it returns text. Default: name."""
+    url: str | None = Field(default=None, min_length=8, max_length=2048, pattern=_HTTP)
+    """An HTTP endpoint (e.g. a Service in the cluster): the arguments are POSTed as a JSON object, the
+    JSON reply is the result."""
+    timeout_seconds: float = Field(default=10.0, gt=0.0, le=600.0)
+    """Wall-clock limit of one call; a call that takes longer is ended and answered with an error message.
+    At most 10 minutes: a rollout waits for its slowest call."""
+    description: str | None = Field(default=None, min_length=1, max_length=4096)
+    """What the model is told the tool does; default: the built-in's own, the function's docstring, or the URL."""
+    parameters: dict[str, Any] | None = Field(default=None, max_length=16)
+    """The JSON schema of the arguments (an object schema); default: the built-in's own, or read
+    from the function's signature; an HTTP tool without one takes any object."""
+    memory_mb: int = Field(default=512, ge=128, le=65536)
+    """Sandboxed tools (python and functions of a file): the address-space limit of the tool's process, in MiB."""
+    max_output_bytes: int = Field(default=16384, ge=256, le=1 << 20)
+    """The longest result, in bytes; a longer one is answered with an error message. At most 1 MiB: a
+    result goes into the model's context."""
+
+    RULES = (
+        Rule(
+            message=f"{' and '.join(BUILTIN_TOOLS)} are built-in tools: give them no path or url (name another tool of your own)",
+            check=lambda s: s.name not in BUILTIN_TOOLS or (s.path is None and s.url is None),
+            cel=f"!(self.name in {_BUILTIN_CEL}) || (!has(self.path) && !has(self.url))",
+            field="name",
+        ),
+        Rule(
+            message=f"a tool that is not built in ({', '.join(BUILTIN_TOOLS)}) needs exactly one of path (a Python file) and url (an HTTP endpoint)",
+            check=lambda s: s.name in BUILTIN_TOOLS or (s.path is None) != (s.url is None),
+            cel=f"self.name in {_BUILTIN_CEL} || has(self.path) != has(self.url)",
+        ),
+        Rule(
+            message="function applies only to path",
+            check=lambda s: s.function is None or s.path is not None,
+            cel="!has(self.function) || has(self.path)",
+            field="function",
+        ),
+        Rule(
+            message="path must name a .py file",
+            check=lambda s: s.path is None or s.path.endswith(".py"),
+            cel="!has(self.path) || self.path.endsWith('.py')",
+            field="path",
+        ),
+    )
+
+    @property
+    def kind(self) -> str:
+        """builtin, function or http: which of the engine's tool kinds builds it."""
+        return "http" if self.url is not None else "function" if self.path is not None else "builtin"
+
+
+class MultiTurnSpec(SpecModel):
+    """Trajectories of several turns: the policy writes, calls tools, reads their results and goes on;
+    it is trained on its own tokens only (tool results and template tokens are masked out)."""
+
+    max_turns: int = Field(default=4, ge=1, le=64)
+    """The policy's turns per trajectory; the environment still answers the last one (its reward
+    counts), but nothing is appended after it."""
+    max_tool_calls_per_turn: int = Field(default=4, ge=1, le=64)
+    """Tool calls run per turn; the calls past this get an error message."""
+    max_total_tokens: int = Field(default=1024, ge=1, le=1_048_576)
+    """Tokens of a trajectory after its prompt, the policy's and the tool results' together (the
+    longest sequence the trainer sees is maxPromptLength plus this)."""
+    tools: list[ToolSpec] = Field(default=[], max_length=32)
+    """The tools, described to the model through the chat template."""
+    parser: str = Field(default="hermes", min_length=1, max_length=64, pattern=ENTRY_NAME)
+    """How tool calls are read from the policy's text (a registered parser; hermes: <tool_call>{json}</tool_call>)."""
+    environment: str = Field(default="tools", min_length=1, max_length=64, pattern=ENTRY_NAME)
+    """The registered environment that answers each turn (tools: runs the turn's tool calls); a
+    plug-in file of algorithm.plugins may register its own."""
+    environment_options: dict[str, Any] = Field(default={}, max_length=32)
+    """Keyword options of the environment, by their camelCase names."""
+
+    RULES = (
+        Rule(
+            message="each tool name may appear once",
+            check=lambda s: len({t.name for t in s.tools}) == len(s.tools),
+            cel="self.tools.all(t, self.tools.filter(x, x.name == t.name).size() == 1)",
+            field="tools",
+            detail=lambda s: "repeated: " + ", ".join(sorted({t.name for t in s.tools if sum(x.name == t.name for x in s.tools) > 1})),
+        ),
+        Rule(
+            message="the tools environment needs at least one tool",
+            check=lambda s: s.environment != "tools" or bool(s.tools),
+            cel="self.environment != 'tools' || self.tools.size() > 0",
+            field="tools",
+        ),
+    )
+
+    @property
+    def environment_kwargs(self) -> dict[str, Any]:
+        """environmentOptions as the factory's keyword arguments (snake_case)."""
+        return {to_snake(key): value for key, value in self.environment_options.items()}
