@@ -1,19 +1,30 @@
 """The operator's side effects: read an RLJob's children, apply `decide`'s answer, repeat.
 
-kopf watches RLJobs and the children carrying the kuberl.dev/job label (with reconnects and watch
-timeouts); every event only enqueues the job's key. A work queue hands each key to one worker at a
-time, so one job is never reconciled twice at once, and a burst of pod events costs one reconcile.
+kopf watches RLJobs; the children carrying the kuberl.dev/job label (JobSets, Jobs, pods, ConfigMaps)
+are kept in a cache of our own (child_cache.py: per kind a list, then a watch from the list's
+resourceVersion, in a thread). Every event only enqueues the job's key. A work queue (work_queue.py) hands each key
+to one worker at a time, so one job is never reconciled twice at once, and a burst of pod events
+costs one reconcile.
+
+A reconcile's cost is its round trips to the API server, and 100 jobs starting at once make a few
+thousand of them, which slow the API server for Kueue and JobSet too. So a reconcile reads the
+RLJob itself and Kueue's Workloads from the API, and the children from the cache (the state the
+watches last reported, as controller-runtime's informers do; a change not yet seen there enqueues
+the job again when it arrives, so what `decide` sees converges). It applies the support objects
+(Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim) side by side and only
+when needed (Reconciler._apply_support), and ignores the watch event of its own status write.
 """
 
 from __future__ import annotations
 
-import asyncio
+import hashlib
 import json
 import logging
+import threading
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
@@ -22,9 +33,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kuberl.engine.config import PROGRESS_KEY
 
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
+from .child_cache import ChildCache, Key
 from .cluster_rules import cluster_problems
 from .manifest import ManifestError, parse_rljob
 from .children import LABEL_COMPONENT, LABEL_JOB, MANAGER, OperatorSettings, child_name
+from .initializer_job import needs_initializer
 from .jobset import API_VERSION as JOBSET_API_VERSION
 from .planner import plan
 from .reconcile import TERMINAL, Decision, Observed, decide
@@ -37,11 +50,16 @@ KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # What Decision.delete names ("kind/name").
 CHILD_KINDS = {"jobset": "JobSet", "job": "Job"}
 CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1"}
+CACHE_KINDS = {"JobSet": "jobsets", "Job": "jobs"}
 
 # How soon to look at a job again after something it was writing went away under it.
 GONE_RETRY_SECONDS = 0.5
-
-Key = tuple[str, str]  # (namespace, name)
+# The support objects are applied again at least this often, even when nothing asks for it: that puts
+# back one that was deleted or changed by hand (a deleted ConfigMap of a job is put back at once: its
+# watch event makes the operator forget it applied it).
+SUPPORT_RESYNC_SECONDS = 300.0
+# Requests of one reconcile that run side by side (the reads of the children, the support objects).
+IO_THREADS_PER_WORKER = 6
 
 
 class OperatorMetrics:
@@ -70,13 +88,39 @@ class OperatorMetrics:
 class Reconciler:
     """One reconcile of one RLJob against the API. Blocking (the kubernetes client is synchronous)."""
 
-    def __init__(self, api_client: client.ApiClient, settings: OperatorSettings, metrics: OperatorMetrics):
+    def __init__(self, api_client: client.ApiClient, settings: OperatorSettings, metrics: OperatorMetrics,
+                 workers: int = 4, children: ChildCache | None = None):
+        """`children`: where to read the children from; None: from the API, at every reconcile."""
         self.settings = settings
+        self.children = children
         self.metrics = metrics
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
         self.dynamic = dynamic.DynamicClient(api_client)
+        # Only requests run here, never a task that waits on another: no pool can starve itself.
+        self._io = ThreadPoolExecutor(max_workers=max(1, workers) * IO_THREADS_PER_WORKER, thread_name_prefix="kuberl-io")
+        self._support: dict[Key, tuple[str, str, float]] = {}
+        """Per job: (RLJob uid, digest of the support objects, monotonic time) of their last apply by this process."""
+        self._support_lock = threading.Lock()
+        self._status_written: dict[Key, str] = {}
+        """Per job: the resourceVersion of the RLJob that this process's last status write made."""
+        self._resources: dict[tuple[str, str], Any] = {}
+        self._resources_lock = threading.Lock()
+
+    def forget_support(self, key: Key) -> None:
+        """The next reconcile of `key` applies its support objects again (one of them was deleted)."""
+        with self._support_lock:
+            self._support.pop(key, None)
+
+    def wrote(self, key: Key, resource_version: str | None) -> bool:
+        """Whether this version of the RLJob is the one our own last status write made: its watch event
+        then brings nothing the reconcile that wrote it did not know (any other change is a new version)."""
+        return resource_version is not None and self._status_written.get(key) == resource_version
+
+    def _forget(self, key: Key) -> None:
+        self.forget_support(key)
+        self._status_written.pop(key, None)
 
     def reconcile(self, key: Key) -> float | None:
         """Bring one RLJob one step closer to its desired state; returns when to look again."""
@@ -86,9 +130,11 @@ class Reconciler:
         except ApiException as exc:
             if exc.status == 404:
                 self.metrics.observe_phase(key, None)
+                self._forget(key)
                 return None  # deleted: the garbage collector removes the children we own
             raise
         if raw["metadata"].get("deletionTimestamp"):
+            self._forget(key)
             return None
         try:
             job = parse_rljob(raw, f"{namespace}/{name}")
@@ -99,7 +145,7 @@ class Reconciler:
         except ManifestError as exc:
             self._refuse(raw, exc)
             return None
-        observed = self._observe(namespace, name)
+        observed = self._observe(job, namespace, name)
         decision = decide(job, observed, datetime.now(timezone.utc))
         if not self.apply_unless_gone(raw, job, decision):
             return GONE_RETRY_SECONDS
@@ -108,21 +154,42 @@ class Reconciler:
 
     # --- reading ---------------------------------------------------------------------------
 
-    def _observe(self, namespace: str, name: str) -> Observed:
+    def _observe(self, job: RLJob, namespace: str, name: str) -> Observed:
+        """The job's children (from the cache, or read side by side), then the Workloads of its JobSets."""
+        if self.children is not None:
+            key = (namespace, name)
+            found = self.children.objects("jobsets", key)
+            jobs = [j for j in self.children.objects("jobs", key) if LABEL_COMPONENT in j["metadata"].get("labels", {})]
+            workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
+            return Observed(jobsets=found, jobs=jobs, pods=self.children.objects("pods", key), workloads=workloads,
+                            progress=self.children.progress(key))
         selector = f"{LABEL_JOB}={name}"
-        jobsets = self.custom.list_namespaced_custom_object(JOBSET_GROUP, JOBSET_VERSION, namespace, "jobsets", label_selector=selector)
-        jobs = self.batch.list_namespaced_job(namespace, label_selector=f"{selector},{LABEL_COMPONENT}", _preload_content=False)
-        pods = self.core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
-        progress = None
+        jobsets = self._io.submit(self.custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, namespace,
+                                  "jobsets", label_selector=selector)
+        pods = self._io.submit(self._list_raw, self.core.list_namespaced_pod, namespace, selector)
+        progress = self._io.submit(self._progress, namespace, name)
+        # The only batch Jobs of a job are its initializer's; whether it has one is fixed at creation (only
+        # runPolicy may change).
+        jobs = (self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
+                if needs_initializer(job) else None)
+        found = jobsets.result()["items"]
+        workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
+        return Observed(jobsets=found, jobs=jobs.result() if jobs is not None else [], pods=pods.result(),
+                        workloads=workloads, progress=progress.result())
+
+    @staticmethod
+    def _list_raw(call, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """A list's items as plain dicts, as the API sends them (not the client's models: cheaper, and what decide reads)."""
+        return json.loads(call(namespace, label_selector=selector, _preload_content=False).data)["items"]
+
+    def _progress(self, namespace: str, name: str) -> str | None:
         try:
             cm = self.core.read_namespaced_config_map(child_name(name, "progress"), namespace)
-            progress = (cm.data or {}).get(PROGRESS_KEY)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        workloads = [w for js in jobsets["items"] for w in self._workloads(namespace, js["metadata"]["uid"])]
-        return Observed(jobsets=jobsets["items"], jobs=json.loads(jobs.data)["items"], pods=json.loads(pods.data)["items"],
-                        workloads=workloads, progress=progress)
+            return None
+        return (cm.data or {}).get(PROGRESS_KEY)
 
     def _workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """Kueue's Workloads of a JobSet; none where Kueue is not installed."""
@@ -148,8 +215,11 @@ class Reconciler:
             if exc.status != 404:
                 raise
             meta = raw["metadata"]
-            log.info("%s/%s: an object went away while applying (%s); looking again", meta["namespace"], meta["name"],
-                     exc.reason)
+            try:
+                said = json.loads(exc.body).get("message") or exc.reason
+            except (TypeError, ValueError, AttributeError):
+                said = exc.reason
+            log.info("%s/%s: an object went away while applying (%s); looking again", meta["namespace"], meta["name"], said)
             return False
         return True
 
@@ -157,29 +227,86 @@ class Reconciler:
         namespace, name, uid = raw["metadata"]["namespace"], raw["metadata"]["name"], raw["metadata"]["uid"]
         desired = plan(job, uid=uid, settings=self.settings, initialized=decision.status.initialization,
                        restarts_before=decision.status.restarts, preemptions_before=decision.status.preemptions)
-        if decision.status.phase not in TERMINAL:
-            for obj in desired.support:
-                self._server_side_apply(obj)
-        # The status goes first: it records a restart before any pod is deleted for it.
+        # The support objects first (side by side): the pods need the ServiceAccount and ConfigMaps; the
+        # RoleBinding (only the trainer's right to write its progress) follows its Role, beside the children
+        # being made. The status beside the support objects when the decision deletes a child (it records a
+        # restart before any pod is deleted for it) or makes none, and after the children it makes (a status
+        # saying Initializing or Pending has its initializer or JobSet there).
+        write_status = job.status != decision.status
+        late = not decision.delete and (decision.create_jobset or (decision.create_initializer and desired.initializer is not None))
+        status = self._io.submit(self._write_status, raw, decision) if write_status and not late else None
+        support_done: Callable[[], None] | None = None
+        try:
+            if decision.status.phase not in TERMINAL:
+                support_done = self._apply_support((namespace, name), uid, desired.support,
+                                                   force=decision.create_jobset or decision.create_initializer)
+            else:
+                self.forget_support((namespace, name))
+        finally:
+            if status is not None:
+                status.result()
         old_restarts = (job.status.restarts if job.status else 0)
-        if job.status != decision.status:
-            self._write_status(raw, decision)
         if decision.status.restarts > old_restarts:
             self.metrics.restarts.inc()
-        for child in decision.delete:
-            self._delete(namespace, child)
-        if decision.create_initializer and desired.initializer is not None:
-            self._create(desired.initializer)
-        if decision.create_jobset:
-            self._create(desired.jobset)
+        try:
+            for child in decision.delete:
+                self._delete(namespace, child)
+            if decision.create_initializer and desired.initializer is not None:
+                self._create(desired.initializer)
+            if decision.create_jobset:
+                self._create(desired.jobset)
+        finally:
+            if support_done is not None:
+                support_done()
+        if write_status and late:
+            self._write_status(raw, decision)
         for kind, reason, message in decision.events:
             self._event(raw, kind, reason, message)
         if decision.delete_rljob:
             log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the RLJob", namespace, name)
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
+    def _apply_support(self, key: Key, uid: str, support: list[dict[str, Any]], force: bool) -> Callable[[], None] | None:
+        """Server-side apply the support objects, side by side, unless this process applied the very same
+        ones for this RLJob less than SUPPORT_RESYNC_SECONDS ago; always before a child is made. Level-based
+        still: what is compared is the desired objects, and a new process (a restart, an upgrade) remembers
+        nothing, so it applies every job's once.
+
+        Returns once all but the RoleBindings are applied (or None when nothing is to apply): the API server
+        checks that whoever binds a Role holds its rights (unless it may `bind`) and answers 404 while the
+        Role is not there, so they go after the rest, while the caller goes on. Its answer, called, waits for
+        them (and raises their failure)."""
+        digest = hashlib.sha256(json.dumps(support, sort_keys=True).encode()).hexdigest()
+        now = time.monotonic()
+        with self._support_lock:
+            last = self._support.get(key)
+        if not force and last is not None and last[:2] == (uid, digest) and now - last[2] < SUPPORT_RESYNC_SECONDS:
+            return None
+        for applying in [self._io.submit(self._server_side_apply, obj) for obj in support if obj["kind"] != "RoleBinding"]:
+            applying.result()  # the first failure (a 404 included) is the reconcile's
+        bindings = [self._io.submit(self._server_side_apply, obj) for obj in support if obj["kind"] == "RoleBinding"]
+
+        def done() -> None:
+            for applying in bindings:
+                applying.result()
+            with self._support_lock:
+                self._support[key] = (uid, digest, now)
+
+        return done
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        """The dynamic client's resource, looked up once: its discovery cache is not safe to fill from
+        several threads at once."""
+        found = self._resources.get((api_version, kind))
+        if found is None:
+            with self._resources_lock:
+                found = self._resources.get((api_version, kind))
+                if found is None:
+                    found = self._resources[(api_version, kind)] = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        return found
+
     def _server_side_apply(self, obj: dict[str, Any]) -> None:
-        resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        resource = self._resource(obj["apiVersion"], obj["kind"])
         resource.server_side_apply(
             body=obj, name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"],
             field_manager=MANAGER, force_conflicts=True,
@@ -192,21 +319,25 @@ class Reconciler:
             "status": decision.status.model_dump(mode="json", by_alias=True),
         }
         meta = raw["metadata"]
-        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
+        written = self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
+        self._status_written[(meta["namespace"], meta["name"])] = written["metadata"]["resourceVersion"]
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], decision.status.phase, decision.message)
 
     def _create(self, manifest: dict[str, Any]) -> None:
         # Created, never re-applied: a JobSet's and a Job's templates are immutable, and Kueue owns spec.suspend.
-        resource = self.dynamic.resources.get(api_version=manifest["apiVersion"], kind=manifest["kind"])
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
         try:
-            resource.create(body=manifest, namespace=manifest["metadata"]["namespace"])
+            created = resource.create(body=manifest, namespace=manifest["metadata"]["namespace"])
         except ApiException as exc:
             if exc.status != 409:
                 raise
+            return
+        if self.children is not None:  # until its watch event comes, the next reconcile must not make it again
+            self.children.created(CACHE_KINDS[manifest["kind"]], created.to_dict())
 
     def _delete(self, namespace: str, child: str) -> None:
         kind, name = child.split("/", 1)
-        resource = self.dynamic.resources.get(api_version=CHILD_API_VERSIONS[kind], kind=CHILD_KINDS[kind])
+        resource = self._resource(CHILD_API_VERSIONS[kind], CHILD_KINDS[kind])
         try:
             # Foreground: the object stays until its pods are gone, so a new one never overlaps them.
             resource.delete(name=name, namespace=namespace, body={"propagationPolicy": "Foreground"})
@@ -249,75 +380,3 @@ class Reconciler:
             self.core.create_namespaced_event(meta["namespace"], event)
         except ApiException as exc:  # events are best effort
             log.debug("event not recorded: %s", exc.reason)
-
-
-@dataclass
-class WorkQueue:
-    """Keys to reconcile, each due at a time; a key is never handed to two workers at once."""
-
-    due: dict[Key, float] = field(default_factory=dict)
-    busy: set[Key] = field(default_factory=set)
-    dirty: set[Key] = field(default_factory=set)
-    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def add(self, key: Key, after: float = 0.0) -> None:
-        if key in self.busy:
-            if after == 0.0:
-                self.dirty.add(key)  # run again as soon as the current pass ends
-            else:
-                self.due[key] = min(self.due.get(key, float("inf")), time.monotonic() + after)
-            return
-        self.due[key] = min(self.due.get(key, float("inf")), time.monotonic() + after)
-        self.wakeup.set()
-
-    async def get(self) -> Key:
-        while True:
-            now = time.monotonic()
-            ready = [(t, k) for k, t in self.due.items() if t <= now and k not in self.busy]
-            if ready:
-                _, key = min(ready)
-                del self.due[key]
-                self.busy.add(key)
-                return key
-            waits = [t - now for k, t in self.due.items() if k not in self.busy]
-            self.wakeup.clear()
-            try:
-                await asyncio.wait_for(self.wakeup.wait(), timeout=min(waits) if waits else None)
-            except asyncio.TimeoutError:
-                pass
-
-    def done(self, key: Key) -> None:
-        self.busy.discard(key)
-        if key in self.dirty:
-            self.dirty.discard(key)
-            self.add(key)
-        elif key in self.due:
-            self.wakeup.set()
-
-
-async def run_workers(queue: WorkQueue, reconciler: Reconciler, metrics: OperatorMetrics, workers: int) -> None:
-    async def worker() -> None:
-        failures: dict[Key, int] = {}
-        while True:
-            key = await queue.get()
-            started = time.perf_counter()
-            try:
-                requeue = await asyncio.to_thread(reconciler.reconcile, key)
-                failures.pop(key, None)
-                if requeue is not None:
-                    queue.add(key, after=requeue)
-            except Exception as exc:  # noqa: BLE001 - one job's failure must not stop the operator
-                metrics.errors.inc()
-                count = failures[key] = failures.get(key, 0) + 1
-                backoff = min(30.0, 0.5 * 2 ** (count - 1))
-                if isinstance(exc, ApiException) and exc.status == 409:
-                    log.debug("%s/%s: conflict, retrying", *key)
-                    backoff = 0.1
-                else:
-                    log.exception("%s/%s: reconcile failed (retry in %.1f s)", *key, backoff)
-                queue.add(key, after=backoff)
-            finally:
-                metrics.reconcile_seconds.observe(time.perf_counter() - started)
-                queue.done(key)
-
-    await asyncio.gather(*(worker() for _ in range(workers)))

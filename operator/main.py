@@ -1,4 +1,4 @@
-"""`kuberl operator`: kopf watches, our work queue reconciles."""
+"""`kuberl operator`: kopf watches RLJobs, our cache watches their children, our work queue reconciles."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from kubernetes.client.rest import ApiException
 from prometheus_client import start_http_server
 
 from .api import GROUP, PLURAL, VERSION
-from .controller import OperatorMetrics, Reconciler, WorkQueue, run_workers
-from .children import LABEL_JOB, OperatorSettings
+from .child_cache import ChildCache, Key
+from .controller import IO_THREADS_PER_WORKER, OperatorMetrics, Reconciler
+from .work_queue import WorkQueue, run_workers
+from .children import OperatorSettings
 from .jobset import CRD as JOBSET_CRD
 
 log = logging.getLogger("kuberl.operator")
@@ -56,6 +58,11 @@ def bearer_token(configuration: client.Configuration) -> str | None:
     return None
 
 
+# A change of a child enqueues its job this much later: the events of a burst (a JobSet's pods being
+# made, scheduled, started) then cost one reconcile, not one each. An RLJob's own changes go at once.
+CHILD_EVENT_DELAY_SECONDS = 1.0
+
+
 def build_registry(queue: WorkQueue, configuration: client.Configuration, options: OperatorOptions,
                    reconciler: Reconciler, metrics: OperatorMetrics) -> kopf.OperatorRegistry:
     """kopf's handlers, in a registry of their own (no module-level state)."""
@@ -69,7 +76,26 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
         settings.watching.connect_timeout = 30
         settings.networking.request_timeout = 60
         settings.posting.level = logging.WARNING
-        asyncio.get_running_loop().create_task(run_workers(queue, reconciler, metrics, options.workers))
+        loop = asyncio.get_running_loop()
+        children = reconciler.children
+        if children is not None:
+            def child_changed(kind: str, key: Key, event: str, _obj: dict) -> None:  # in an informer's thread
+                if kind == "configmaps" and event in ("DELETED", "LISTED"):
+                    reconciler.forget_support(key)  # one of the job's support objects may be gone: put it back
+                if not loop.is_closed():  # closed: the operator is stopping
+                    loop.call_soon_threadsafe(queue.add, key, CHILD_EVENT_DELAY_SECONDS)
+
+            children.start(child_changed)
+        loop.create_task(start_workers())
+
+    async def start_workers() -> None:
+        children = reconciler.children
+        if children is not None:
+            # No reconcile before the cache holds what exists: it would see a job's children as missing.
+            while not await asyncio.to_thread(children.wait_synced, 30.0):
+                log.warning("still listing the jobs' children; reconciles wait for the lists")
+            log.info("the jobs' children are listed and watched; reconciling")
+        await run_workers(queue, reconciler, metrics, options.workers)
 
     @kopf.on.login(registry=registry)
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -84,15 +110,15 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
             private_key_path=configuration.key_file,
         )
 
+    # The handler is a coroutine: it runs on the event loop, as the work queue must (a plain function
+    # would run in kopf's thread pool, and an asyncio.Event is not to be set from another thread).
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def rljob_changed(namespace: str, name: str, **_: Any) -> None:
-        queue.add((namespace, name))
-
-    def child_changed(namespace: str, labels: dict[str, str], **_: Any) -> None:
-        queue.add((namespace, labels[LABEL_JOB]))
-
-    for resource in (("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("batch", "v1", "jobs"), ("v1", "pods"), ("v1", "configmaps")):
-        kopf.on.event(*resource, labels={LABEL_JOB: kopf.PRESENT}, registry=registry)(child_changed)
+    async def rljob_changed(namespace: str, name: str, meta: Any, type: str | None, **_: Any) -> None:
+        key = (namespace, name)
+        # Our own status write coming back: the reconcile that made it has done what it calls for.
+        if type == "MODIFIED" and reconciler.wrote(key, meta.get("resourceVersion")):
+            return
+        queue.add(key)
 
     return registry
 
@@ -126,7 +152,14 @@ def run(options: OperatorOptions) -> None:
     check_prerequisites(configuration)
     metrics = OperatorMetrics()
     start_http_server(options.metrics_port, registry=metrics.registry)
-    reconciler = Reconciler(client.ApiClient(configuration), options.settings, metrics)
+    # Each worker's reconcile may have IO_THREADS_PER_WORKER requests in flight: a connection for each,
+    # or urllib3 drops the extras and the next requests pay for a new TLS handshake.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
+                                                options.workers * IO_THREADS_PER_WORKER + 2)
+    # The cache's watches hold connections of their own, in a client of their own.
+    children = ChildCache(client.ApiClient(configuration), options.namespaces)
+    reconciler = Reconciler(client.ApiClient(configuration), options.settings, metrics, workers=options.workers,
+                            children=children)
     queue = WorkQueue()
     registry = build_registry(queue, configuration, options, reconciler, metrics)
     log.info("kuberl operator: watching %s; metrics on :%d, health on :%d",
