@@ -62,6 +62,9 @@ def run_ci(kind: str, scratch: Path) -> dict:
     counts = text.strip().splitlines()[-1] if text.strip() else ""
     kept = REPO / "bench" / "results" / f"ci-{kind}.log.head"
     kept.write_text("\n".join(text.splitlines()[:60]))  # the digest: counts, failures, skips
+    whole = Path(tempfile.gettempdir()) / f"kuberl-ci-{kind}.log"  # the whole log outlives the clone
+    shutil.copyfile(log, whole)
+    print(f"{kind}: the whole log is {whole}")
     return {"exit_status": result.returncode, "wall_seconds": round(seconds), "setup_seconds": int(setup.group(1)) if setup else None,
             "budget_seconds": BUDGET[kind], "within_budget": seconds <= BUDGET[kind], "closing_line": counts}
 
