@@ -11,7 +11,6 @@ all the loss, the KL, the entropy and the advantages read. The rewards see the c
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-from weakref import WeakKeyDictionary
 
 from ..data import Example
 from ..rollout.trajectory import Trajectory
@@ -20,10 +19,6 @@ from .records import Rollout
 
 if TYPE_CHECKING:
     from .rollout_ops import RolloutOps
-
-_DRAWS: "WeakKeyDictionary[RolloutOps, int]" = WeakKeyDictionary()
-"""Draws of each step's context so far: a step's later draws get other seeds than its first."""
-
 
 def multi_turn_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     n = max(1, len(trajectories))
@@ -45,10 +40,9 @@ def generate_multi_turn(ctx: "RolloutOps", examples: list[Example], sampling: Sa
         moved = run.switch.to_rollout()
     for key, value in moved.items():
         ctx.record.metrics[key] = ctx.record.metrics.get(key, 0.0) + value
-    draws = _DRAWS.get(ctx, 0)
-    _DRAWS[ctx] = draws + 1
     # The seed of RolloutOps.generate: the step's for its first draw, so that a resumed run draws alike.
-    seed = ctx.config.trainer.seed * 1_000_003 + ctx.step * 1009 + run.generator.replica + 7919 * draws
+    seed = ctx.config.trainer.seed * 1_000_003 + ctx.step * 1009 + run.generator.replica + 7919 * ctx._draws
+    ctx._draws += 1
     started = ctx.timer.seconds.get("rollout", 0.0)
     with ctx.timer("rollout"):
         prompts, trajectories = run.multi_turn.generate(examples, sampling or ctx.sampling(), seed)
