@@ -110,14 +110,19 @@ def operator_release(real_node, built_images, hub, node_schedulers):
     """The chart, installed with the operator image built here; the operator runs in its own pod, and
     its initializers download from the hub stand-in (the chart's hubEndpoint). Per module: the
     quickstart's module installs the chart itself, as its user does."""
+    from kuberl.operator.testing.control_plane import ControlPlaneError
     from kuberl.operator.testing.node import OPERATOR_NAMESPACE
+    from kuberl.operator.testing.reports import cluster_report
 
     plane = real_node.plane
     repository, tag = built_images["OPERATOR_IMAGE"].rsplit(":", 1)
-    plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-               "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-               "--set", f"trainerImage={built_images['TRAINER_IMAGE']}", "--set", f"hubEndpoint={hub.url}",
-               "--wait", "--timeout", "180s")
+    try:
+        plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+                   "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
+                   "--set", f"trainerImage={built_images['TRAINER_IMAGE']}", "--set", f"hubEndpoint={hub.url}",
+                   "--wait", "--timeout", "180s")
+    except ControlPlaneError as exc:
+        pytest.fail(f"{exc}\n{cluster_report(plane, OPERATOR_NAMESPACE)}", pytrace=False)
     yield
     plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from kuberl.operator.testing.cleanup import delete_namespace
 from kuberl.operator.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -177,7 +178,7 @@ def ppo(real_node, operator_release, built_images, volumes, hub, hub_token, tmp_
     rendered = node.plane.kubectl("kustomize", str(REPO / "examples" / "real-node" / "ppo-cluster")).stdout
     yield {"cache": cache, "checkpoints": checkpoints, "rendered": rendered}
     # The quickstart uses the namespace too (the examples' own): leave it gone, with its volumes.
-    node.plane.kubectl("delete", "namespace", PPO_NAMESPACE, "--wait=true", "--timeout=300s", check=False)
+    delete_namespace(node.plane, PPO_NAMESPACE)
     ours = [pv["metadata"]["name"] for pv in kubectl_json(node, "get", "pv")["items"] if pv["metadata"]["name"].startswith("examples-")]
     if ours:
         node.plane.kubectl("delete", "pv", *ours, "--wait=false", check=False)

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from kuberl.operator.ports import free_port
+from kuberl.operator.testing.cleanup import delete_namespace
 from kuberl.operator.testing.waiting import eventually
 
 pytestmark = pytest.mark.slow
@@ -147,4 +148,4 @@ def test_the_readme_cluster_quickstart_runs_as_written(real_node, node_scheduler
         assert operator[0]["spec"]["containers"][0]["image"] == f"{registry}/kuberl-operator:0.1.0"
     finally:
         real_node.plane.helm("uninstall", "kuberl", "--namespace", "kuberl-system", "--wait", check=False)
-        real_node.plane.kubectl("delete", "namespace", "rl", "--wait=true", "--timeout=300s", check=False)
+        delete_namespace(real_node.plane, "rl")
