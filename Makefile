@@ -47,7 +47,7 @@ lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.tom
 	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test --extra tracking --extra docs \
 		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock
 
-main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 2.5 minutes on 2 cores)
+main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 3.5 minutes on 2 cores)
 	$(VENV)/bin/kuberl run examples/grpo-smollm2-arith.yaml
 
 agent-demo: setup  ## the agentic demo: SmolLM2-135M learns to call a calculator (accuracy before/after, with and without it; docs/agents.md)

@@ -49,6 +49,12 @@ def _main_job(d: dict) -> tuple[str, list[str]]:
         f"rollout {d['rollout_tokens_per_second_mean']} tokens/s; the weight switch {_pct(d['switch_share_of_step_time'])} of step time"])
 
 
+def _ci(d: dict) -> tuple[str, list[str]]:
+    figures = [f"{kind}: `.ci/run` on a fresh clone, {r['wall_seconds'] / 60:.0f} min (budget {r['budget_seconds'] // 60}), "
+               f"setup {r['setup_seconds']} s; {r['closing_line']}" for kind, r in sorted(d["runs"].items())]
+    return (f"{PY} bench/ci/run.py --cold --warm", figures)
+
+
 def _operator(d: dict) -> tuple[str, list[str]]:
     return (f"{PY} bench/operator/run.py", [
         f"{d['jobs']} RLJobs ({d['pods']} pods) through one Kueue ClusterQueue, all Running in {d['rljobs_all_running_seconds']} s "
@@ -144,7 +150,7 @@ def _lora_rollout(d: dict) -> tuple[str, list[str]]:
 
 
 READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
-    "agent_calculator": _agent_calculator, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
+    "agent_calculator": _agent_calculator, "ci": _ci, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
     "rollout": _rollout, "train_attention_weight": _attention_weight, "validate": _validate,
 }
 
