@@ -36,13 +36,8 @@ def multi_turn_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
 def generate_multi_turn(ctx: "RolloutOps", examples: list[Example], sampling: Sampling | None = None) -> Rollout:
     """Trajectories of every example (rollout.samplesPerPrompt each, or one greedy), on every replica for its share."""
     run = ctx.run
-    with ctx.timer("reshard"):
-        moved = run.switch.to_rollout()
-    for key, value in moved.items():
-        ctx.record.metrics[key] = ctx.record.metrics.get(key, 0.0) + value
-    # The seed of RolloutOps.generate: the step's for its first draw, so that a resumed run draws alike.
-    seed = ctx.config.trainer.seed * 1_000_003 + ctx.step * 1009 + run.generator.replica + 7919 * ctx._draws
-    ctx._draws += 1
+    ctx.switch_to_rollout()
+    seed = ctx.draw_seed()
     started = ctx.timer.seconds.get("rollout", 0.0)
     with ctx.timer("rollout"):
         prompts, trajectories = run.multi_turn.generate(examples, sampling or ctx.sampling(), seed)

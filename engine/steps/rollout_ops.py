@@ -25,20 +25,29 @@ class RolloutOps:
         return Sampling(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
                         top_k=spec.top_k, n=spec.samples_per_prompt, stop_token_ids=self.run.stop_ids())
 
+    def switch_to_rollout(self) -> None:
+        """The weights into the rollout engine (timed as reshard); the bytes it moved add to the step's metrics."""
+        with self.timer("reshard"):
+            moved = self.run.switch.to_rollout()
+        for key, value in moved.items():
+            self.record.metrics[key] = self.record.metrics.get(key, 0.0) + value
+
+    def draw_seed(self) -> int:
+        """The sampling seed of this step's next draw: the first is the step's (a resumed run draws
+        alike); later draws of one step (dynamic sampling) differ."""
+        seed = self.config.trainer.seed * 1_000_003 + self.step * 1009 + self.run.generator.replica + 7919 * self._draws
+        self._draws += 1
+        return seed
+
     def generate(self, examples: list[Example], sampling: Sampling | None = None) -> Rollout:
         """Completions of every example's prompt with vLLM, on every replica for its share (a
         multi-turn job's trajectories: multi_turn.py)."""
         run = self.run
         if getattr(run, "multi_turn", None) is not None:
             return generate_multi_turn(self, examples, sampling)
-        with self.timer("reshard"):
-            moved = run.switch.to_rollout()
-        for key, value in moved.items():
-            self.record.metrics[key] = self.record.metrics.get(key, 0.0) + value
+        self.switch_to_rollout()
         prompts = [run.encoder.encode(e) for e in examples]
-        # The seed of the first draw is the step's (a resumed run draws alike); later draws of one step differ.
-        seed = self.config.trainer.seed * 1_000_003 + self.step * 1009 + run.generator.replica + 7919 * self._draws
-        self._draws += 1
+        seed = self.draw_seed()
         with self.timer("rollout"):
             completions = run.generator.generate(prompts, sampling or self.sampling(), seed)
         rollout = Rollout(list(examples), prompts, completions)
