@@ -26,6 +26,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kuberl.operator.testing.mounts import unmount_under
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results" / "ci.json"
 BUDGET = {"cold": 75 * 60, "warm": 40 * 60}
@@ -37,20 +39,10 @@ def caches() -> list[Path]:
     return [HOME / ".cache" / "kuberl", HOME / ".cache" / "uv", *(Path(v) for v in go.values() if v)]
 
 
-def unmount_under(folder: Path) -> None:
-    """buildah's storage keeps mounts inside the cache (its overlay folder bind-mounted on itself, a
-    container's merged root): rmtree fails on them with EBUSY. Innermost first."""
-    prefix = str(folder.resolve())
-    with open("/proc/self/mounts") as mounts:
-        points = [line.split()[1].replace("\\040", " ") for line in mounts]
-    for point in sorted((p for p in points if p == prefix or p.startswith(prefix + "/")), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)
-
-
 def empty_caches() -> None:
     for folder in caches():
         if folder.exists():
-            unmount_under(folder)
+            unmount_under(folder)  # buildah's storage keeps mounts inside the cache: rmtree would fail with EBUSY
             # Go's module cache is read-only by design.
             subprocess.run(["chmod", "-R", "u+w", str(folder)], timeout=600)
             shutil.rmtree(folder)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .control_plane import ControlPlane, ControlPlaneError, User, _ready_nodes, _spawn_argv, _tail, _terminate, _wait
+from .mounts import unmount_under
 from .node_network import NETNS_PREFIX, NODE_IP, POD_CIDR, NodeNetwork
 
 NODE_NAME = "kuberl-node"
@@ -131,7 +132,7 @@ class Node:
             if containerd.poll() is None:
                 self.remove_containers()
             _terminate(containerd)
-        _unmount_under(self.workdir)
+        unmount_under(self.workdir)
         self.network.destroy()
 
 
@@ -359,7 +360,7 @@ def remove_stale_nodes(tmp_root: Path) -> None:
         stale = NodeNetwork.named(netns.removeprefix(NETNS_PREFIX))
         _kill_containers(stale, keep=None)
         stale.destroy()
-    _unmount_under(tmp_root)
+    unmount_under(tmp_root)
 
 
 def _kill_containers(network: NodeNetwork, keep: subprocess.Popen | None) -> None:
@@ -389,12 +390,3 @@ def _kill_containers(network: NodeNetwork, keep: subprocess.Popen | None) -> Non
                 directory.rmdir()
             except OSError:
                 pass
-
-
-def _unmount_under(workdir: Path) -> None:
-    """Volumes, overlay snapshots and network namespaces the node mounted under its workdir."""
-    prefix = str(workdir.resolve())
-    with open("/proc/self/mounts") as mounts:
-        points = [line.split()[1].replace("\\040", " ") for line in mounts]
-    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)

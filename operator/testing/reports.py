@@ -1,5 +1,6 @@
 """What a failed test on a real node prints about the cluster: every pod, why it is not running, and
-the namespace's recent events. Read-only; never raises (it runs while a failure is being reported)."""
+the namespace's recent events. Read-only; a kubectl call that fails becomes its error text in the
+report (it runs while a failure is being reported)."""
 
 from __future__ import annotations
 
