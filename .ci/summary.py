@@ -1,6 +1,8 @@
 """CI's digest of pytest's JUnit report: the counts, then each failed or errored test with the head
 of its message, then each skipped test with its reason. .ci/run prints it before the whole test
-output, so that the first lines of a CI log say what failed."""
+output, so that the first lines of a CI log say what failed; and with --counts after it, as the
+closing lines (each failed test and its message's first line, then the counts), so that its last
+lines say so too."""
 
 from __future__ import annotations
 
@@ -26,9 +28,14 @@ def main(report: str, counts_only: bool = False) -> int:
                 failed.append((kind, name, found.get("message") or (found.text or "")))
         if (found := case.find("skipped")) is not None:
             skipped.append((name, found.get("message") or ""))
-    print(f"{total - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped")
+    counts = f"{total - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped"
     if counts_only:
+        for kind, name, message in failed[:SHOWN]:
+            first = next((line for line in message.strip().splitlines() if line.strip()), "")
+            print(f"[ci] {kind.upper()} {name}: {first[:200]}")
+        print(counts)
         return 0
+    print(counts)
     for kind, name, message in failed[:SHOWN]:
         head = [line for line in message.strip().splitlines() if line.strip()][:MESSAGE_LINES]
         print(f"[ci] {kind.upper()} {name}")

@@ -44,7 +44,9 @@ def test_the_digest_names_what_failed_and_why_and_what_was_skipped(tmp_path: Pat
     assert any("No space left on device" in line for line in lines)
     assert "[ci] SKIPPED test_sample::test_skipped: needs a GPU" in lines
     counts = subprocess.run([sys.executable, str(SUMMARY), "--counts", str(report)], capture_output=True, text=True, check=True)
-    assert counts.stdout == "1 passed, 2 failed, 1 skipped\n"
+    assert counts.stdout.splitlines() == ["[ci] FAILURE test_sample::test_fails: AssertionError: one is not two",
+                                          '[ci] ERROR test_sample::test_errors_at_setup: failed on setup with "OSError: [Errno 28] No space left on device"',
+                                          "1 passed, 2 failed, 1 skipped"]
 
 
 def test_a_missing_report_is_said_not_raised(tmp_path: Path) -> None:
