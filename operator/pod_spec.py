@@ -141,6 +141,11 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         "restartPolicy": "Never",
         # SIGTERM makes the ranks stop at the next step boundary with a checkpoint (engine/runtime/stopping.py).
         "terminationGracePeriodSeconds": spec.run_policy.termination_grace_period_seconds,
+        # The pod's pause process is PID 1, not the rank: the kernel ignores a signal that PID 1 has no
+        # handler for, so a SIGTERM that came while the rank was still starting Python (before its
+        # handlers) would be lost, and the pod would run out its grace period. Not PID 1, the rank dies
+        # of it; pause also reaps the processes a multi-GPU pod's ranks leave behind.
+        "shareProcessNamespace": True,
         "subdomain": name,
         "serviceAccountName": spec.service_account_name or child_name(name, "trainer"),
         "securityContext": POD_SECURITY,

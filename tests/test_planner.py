@@ -51,6 +51,7 @@ def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     # Time to finish the running step and checkpoint it after SIGTERM (runPolicy's default).
     assert pod["terminationGracePeriodSeconds"] == 300
+    assert pod["shareProcessNamespace"] is True  # a SIGTERM before the rank's handlers ends it (not PID 1)
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"memory": "256Gi", "nvidia.com/gpu": "8"}
     assert container["securityContext"] == {

@@ -232,6 +232,8 @@ class RLRun:
         last record (empty on other ranks)."""
         trainer = self.config.trainer
         last: dict[str, Any] = {}
+        if stop is not None:
+            stop.steps_begin()
         if self.step == 0 and self.validation and trainer.validation_interval:
             last = {"step": 0, **self._validate()}
             self._publish(last)

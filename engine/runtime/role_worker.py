@@ -73,6 +73,7 @@ class RoleWorker:
     def serve(self, stop: StopRequest | None = None) -> bool:
         """Answer commands until "stop"; True when the job completed, False when it stopped early."""
         self.stop = stop or StopRequest()
+        self.stop.steps_begin()
         while True:
             command, payload = self.link.receive()
             if command == "stop":

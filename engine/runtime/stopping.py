@@ -7,12 +7,23 @@ after the same step: one rank saving while another starts the next step would ha
 run then writes a checkpoint, tells the roles to stop, and every rank exits with 128 + the signal
 (143 for SIGTERM), a failure to Kubernetes, so the operator restarts the gang and it resumes from that
 checkpoint. A second signal of the same kind stops the process at once.
+
+Before the steps begin (`StopRequest.steps_begin`, called where a run starts its loop or a role starts
+serving), a signal ends the process at once with the same exit status: a rank that is still joining
+its world or loading its model has nothing to save, and it may be blocked in a call that does not return
+to Python (a rendezvous retrying a peer's name that no longer resolves), which would keep any Python
+handler from running until the pod's grace period ran out, holding its GPUs all that time. So the
+signal also wakes a thread of its own (through the signal wakeup fd, which the interpreter writes from
+its C-level handler whatever the main thread is doing), and that thread ends the process.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import socket
+import threading
 from types import FrameType
 
 log = logging.getLogger("kuberl.engine")
@@ -26,13 +37,42 @@ class StopRequest:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._stepping = threading.Event()
 
     def install(self) -> "StopRequest":
+        """Handle SIGTERM and SIGINT in this process (from its main thread)."""
         # Explicit handlers, whatever the dispositions this process inherited: a rank started from a
         # shell that ignores SIGINT (many CI runners) must still stop on it.
         for signum in HANDLED:
             signal.signal(signum, self._handle)
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, args=(reader, writer), name="kuberl-stop", daemon=True).start()
         return self
+
+    def steps_begin(self) -> None:
+        """From now on a signal waits for the step boundary (the run has state worth a checkpoint)."""
+        self._stepping.set()
+
+    def _watch(self, reader: socket.socket, writer: socket.socket) -> None:
+        received: dict[int, int] = {}
+        while True:
+            try:
+                data = reader.recv(64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in HANDLED:
+                    continue
+                received[signum] = received.get(signum, 0) + 1
+                if not self._stepping.is_set() or received[signum] > 1:
+                    why = "before the first step: nothing to save" if not self._stepping.is_set() else "second signal"
+                    # Not logging: its lock may be held by the main thread, which is not coming back.
+                    os.write(2, f"kuberl: {signal.Signals(signum).name} {why}, exiting now\n".encode())
+                    os._exit(128 + signum)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum == signum:

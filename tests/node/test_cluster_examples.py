@@ -230,7 +230,13 @@ def test_a_second_job_on_the_same_repository_fetches_nothing(real_node, ppo, hub
                  "the second initializer's report")
     assert s["initialization"]["fetchedBytes"] == 0 and "nothing fetched" in condition(s, "Initialized")["message"]
     assert hub.file_fetches(TINY_REPO) == before
+    # Deleted as its ranks start: they have nothing to save and exit at once, not after the pods'
+    # 300 s grace period (a rank waiting for a peer that is gone, or not yet past Python's start-up).
+    trainers = lambda: kubectl_json(node, "get", "pods", "-n", PPO_NAMESPACE, "-l", "kuberl.dev/job=ppo-again,kuberl.dev/role")["items"]  # noqa: E731
+    wait_for(node, PPO_NAMESPACE, lambda: any(p["status"].get("phase") == "Running" for p in trainers()), 300,
+             "ppo-again's trainer pods running")
     node.plane.kubectl("delete", "rlj", "ppo-again", "-n", PPO_NAMESPACE, "--wait=false")
+    wait_for(node, PPO_NAMESPACE, lambda: not trainers(), 90, "ppo-again's pods gone within 90 s of its deletion")
 
 
 @pytest.mark.parametrize(("name", "change", "reason"), [
