@@ -5,19 +5,32 @@ from __future__ import annotations
 from kuberl.operator.testing.control_plane import ControlPlane
 from kuberl.operator.testing.reports import cluster_report
 
+# After its first pass, the namespace controller looks again only after half the longest grace period
+# left to the pods it asked to stop, plus a second: 151 s for a trainer pod's default of 300 s, whatever
+# happens to the pods meanwhile. A wait for the namespace has to outlast that.
+NAMESPACE_RECHECK_S = 300 // 2 + 1
 
-def delete_namespace(plane: ControlPlane, namespace: str, grace_s: int = 120) -> None:
-    """Delete `namespace` and wait until it is gone. Its pods get `grace_s` to stop (a trainer pod's own
-    grace period can be minutes: it checkpoints on SIGTERM); then the ones left are removed without
-    waiting for their containers, as a node drain's --force does. Raises AssertionError with the
-    cluster's state if the namespace is still there after that."""
+
+def delete_namespace(plane: ControlPlane, namespace: str, grace_s: int = 60) -> None:
+    """Delete `namespace` and wait until it is gone. Its pods are asked to stop within `grace_s` (a
+    trainer pod's own grace period is minutes: it checkpoints on SIGTERM); the ones left after that are
+    removed without waiting for their containers, as a node drain's --force does. Raises AssertionError
+    with the cluster's state, the namespace's own conditions last, if the namespace is still there."""
     def present() -> bool:
         return bool(plane.kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name", check=False).stdout.strip())
 
-    plane.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", f"--timeout={grace_s}s", check=False)
+    def gone_within(seconds: int) -> bool:
+        waited = plane.kubectl("wait", "--for=delete", f"namespace/{namespace}", f"--timeout={seconds}s", check=False)
+        return waited.returncode == 0 or not present()
+
     if not present():
         return
+    # Terminating, the namespace takes no new pods; the ones there get the shorter grace period.
+    plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    plane.kubectl("delete", "pods", "--all", "-n", namespace, f"--grace-period={grace_s}", "--wait=false", check=False)
+    if gone_within(grace_s + NAMESPACE_RECHECK_S):
+        return
     plane.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", "--wait=false", check=False)
-    gone = plane.kubectl("wait", "--for=delete", f"namespace/{namespace}", "--timeout=120s", check=False)
-    if gone.returncode != 0 and present():
-        raise AssertionError(f"namespace {namespace} is still there after {grace_s + 120} s\n{cluster_report(plane, namespace)}")
+    if not gone_within(NAMESPACE_RECHECK_S):
+        raise AssertionError(f"namespace {namespace} is still there after {grace_s + 2 * NAMESPACE_RECHECK_S} s\n"
+                             f"{cluster_report(plane, namespace)}")
