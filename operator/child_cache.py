@@ -1,6 +1,8 @@
 """The children of every RLJob as the API last reported them: per kind a list, then a watch from the list's
 resourceVersion, in a thread (an informer, as controller-runtime has them). The reconciler reads the
-children from here instead of listing them at every reconcile; every change enqueues its job's key."""
+children from here instead of listing them at every reconcile; every change enqueues its job's key.
+Kueue's Workloads too, where Kueue is installed: a Workload belongs to the JobSet that owns it, and a
+job's JobSet has the job's name."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from .jobset import API_VERSION as JOBSET_API_VERSION
 log = logging.getLogger("kuberl.operator")
 
 JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
+KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 # A watch of the children ends after this long and starts again where it was (a dead connection
 # cannot stall the cache for longer); one that failed is listed again after a growing pause.
 WATCH_SECONDS = 300
@@ -38,6 +41,13 @@ def _job_key(obj: dict[str, Any]) -> Key | None:
     meta = obj.get("metadata") or {}
     job = (meta.get("labels") or {}).get(LABEL_JOB)
     return (meta.get("namespace", ""), job) if job else None
+
+
+def _owning_jobset_key(obj: dict[str, Any]) -> Key | None:
+    """A Workload's key: its JobSet's namespace and name (the name of the RLJob, when the JobSet is ours)."""
+    meta = obj.get("metadata") or {}
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "JobSet"), None)
+    return (meta.get("namespace", ""), owner["name"]) if owner and owner.get("name") else None
 
 
 def _lean(obj: dict[str, Any]) -> dict[str, Any]:
@@ -66,11 +76,18 @@ class Informer:
     showed)."""
 
     def __init__(self, name: str, call: Callable[..., Any], on_change: Callable[[Key, str, dict], None],
-                 lean: Callable[[dict], dict] = _lean):
+                 lean: Callable[[dict], dict] = _lean, key_of: Callable[[dict], Key | None] = _job_key,
+                 selector: str | None = LABEL_JOB, optional: bool = False):
+        """`key_of`: the job an object belongs to (None: not a job's); `selector`: the label selector of the
+        list and watch; `optional`: the kind's API may be missing (a CRD not installed): then the informer
+        is synced with nothing, and lists again now and then."""
         self.name = name
         self._call = call
         self._on_change = on_change
         self._lean = lean
+        self._key_of = key_of
+        self._selector = selector
+        self._optional = optional
         self._objects: dict[Key, dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
@@ -90,7 +107,7 @@ class Informer:
 
     def add_if_missing(self, obj: dict[str, Any]) -> None:
         """An object we have just created, until the watch reports it (never over what the watch said)."""
-        key = _job_key(obj)
+        key = self._key_of(obj)
         if key is not None:
             with self._lock:
                 self._objects.setdefault(key, {}).setdefault(obj["metadata"]["name"], self._lean(obj))
@@ -105,6 +122,16 @@ class Informer:
                     version = self._watch(version)
             except _Expired:
                 log.debug("the watch of %s expired; listing again", self.name)
+            except ApiException as exc:
+                if self._stopped.is_set():
+                    return
+                if self._optional and exc.status == 404:
+                    self._absent()
+                    self._stopped.wait(RELIST_BACKOFF_SECONDS[1])
+                    continue
+                log.warning("watching %s failed (%s); listing again in %.1f s", self.name, exc.reason, pause)
+                self._stopped.wait(pause)
+                pause = min(RELIST_BACKOFF_SECONDS[1], pause * 2)
             except Exception as exc:  # noqa: BLE001 - the cache must outlive any failure: list again
                 if self._stopped.is_set():
                     return
@@ -112,11 +139,24 @@ class Informer:
                 self._stopped.wait(pause)
                 pause = min(RELIST_BACKOFF_SECONDS[1], pause * 2)
 
+    def _absent(self) -> None:
+        """The kind is not served (its CRD is not installed): nothing of it exists."""
+        with self._lock:
+            old, self._objects = self._objects, {}
+        if not self.synced.is_set():
+            log.info("%s: not served by this cluster; looking again every %.0f s", self.name, RELIST_BACKOFF_SECONDS[1])
+        self.synced.set()
+        for key in old:
+            self._on_change(key, "LISTED", {})
+
+    def _selected(self) -> dict[str, str]:
+        return {"label_selector": self._selector} if self._selector else {}
+
     def _list(self) -> str:
-        body = json.loads(self._call(label_selector=LABEL_JOB, _preload_content=False).data)
+        body = json.loads(self._call(**self._selected(), _preload_content=False).data)
         fresh: dict[Key, dict[str, dict[str, Any]]] = {}
         for obj in body.get("items") or []:
-            key = _job_key(obj)
+            key = self._key_of(obj)
             if key is not None:
                 fresh.setdefault(key, {})[obj["metadata"]["name"]] = self._lean(obj)
         with self._lock:
@@ -128,7 +168,7 @@ class Informer:
         return body["metadata"]["resourceVersion"]
 
     def _watch(self, version: str) -> str:
-        response = self._call(label_selector=LABEL_JOB, watch=True, resource_version=version, allow_watch_bookmarks=True,
+        response = self._call(**self._selected(), watch=True, resource_version=version, allow_watch_bookmarks=True,
                               timeout_seconds=WATCH_SECONDS, _preload_content=False, _request_timeout=WATCH_SECONDS + 30)
         try:
             for line in watch.watch.iter_resp_lines(response):
@@ -143,7 +183,7 @@ class Informer:
                         raise _Expired()
                     raise ApiException(status=obj.get("code"), reason=obj.get("message"))
                 version = obj.get("metadata", {}).get("resourceVersion") or version
-                key = _job_key(obj)
+                key = self._key_of(obj)
                 if kind == "BOOKMARK" or key is None:
                     continue
                 name = obj["metadata"]["name"]
@@ -163,10 +203,11 @@ class Informer:
 
 
 class ChildCache:
-    """The children of every RLJob (JobSets, Jobs, pods, ConfigMaps with the kuberl.dev/job label), from
-    informers over all namespaces or over each watched one. Reconciles start once every list is in."""
+    """The children of every RLJob (JobSets, Jobs, pods, ConfigMaps with the kuberl.dev/job label) and Kueue's
+    Workloads, from informers over all namespaces or over each watched one. Reconciles start once every
+    list is in."""
 
-    KINDS = ("jobsets", "jobs", "pods", "configmaps")
+    KINDS = ("jobsets", "jobs", "pods", "configmaps", "workloads")
 
     def __init__(self, api_client: client.ApiClient, namespaces: tuple[str, ...] = ()):
         self.namespaces = namespaces
@@ -178,6 +219,8 @@ class ChildCache:
                 "jobs": [functools.partial(batch.list_namespaced_job, ns) for ns in namespaces],
                 "pods": [functools.partial(core.list_namespaced_pod, ns) for ns in namespaces],
                 "configmaps": [functools.partial(core.list_namespaced_config_map, ns) for ns in namespaces],
+                "workloads": [functools.partial(custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, ns, "workloads")
+                              for ns in namespaces],
             }
         else:
             self._calls = {
@@ -185,16 +228,19 @@ class ChildCache:
                 "jobs": [batch.list_job_for_all_namespaces],
                 "pods": [core.list_pod_for_all_namespaces],
                 "configmaps": [core.list_config_map_for_all_namespaces],
+                "workloads": [functools.partial(custom.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, "workloads")],
             }
         self._informers: dict[str, list[Informer]] = {}
 
     def start(self, on_change: Callable[[str, Key, str, dict], None]) -> None:
         """Start watching; on_change(kind, key, event type, object) runs in the informers' threads."""
         for kind in self.KINDS:
-            lean = _lean_configmap if kind == "configmaps" else _lean
+            options: dict[str, Any] = {"lean": _lean_configmap if kind == "configmaps" else _lean}
+            if kind == "workloads":
+                # Not labelled by us: every Workload, kept by its JobSet (Kueue may not be installed at all).
+                options.update(key_of=_owning_jobset_key, selector=None, optional=True)
             self._informers[kind] = [
-                Informer(f"{kind}" + (f"/{ns}" if self.namespaces else ""), call,
-                         functools.partial(on_change, kind), lean)
+                Informer(f"{kind}" + (f"/{ns}" if self.namespaces else ""), call, functools.partial(on_change, kind), **options)
                 for ns, call in zip(self.namespaces or ("",), self._calls[kind])
             ]
         for informers in self._informers.values():

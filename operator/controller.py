@@ -8,7 +8,7 @@ costs one reconcile.
 
 A reconcile's cost is its round trips to the API server, and 100 jobs starting at once make a few
 thousand of them, which slow the API server for Kueue and JobSet too. So a reconcile reads the
-RLJob itself and Kueue's Workloads from the API, and the children from the cache (the state the
+RLJob itself from the API, and the children and Kueue's Workloads from the cache (the state the
 watches last reported, as controller-runtime's informers do; a change not yet seen there enqueues
 the job again when it arrives, so what `decide` sees converges). It applies the support objects
 (Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim) side by side and only
@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from kuberl.engine.config import PROGRESS_KEY
 
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
-from .child_cache import ChildCache, Key
+from .child_cache import KUEUE_GROUP, KUEUE_VERSION, ChildCache, Key
 from .cluster_rules import cluster_problems
 from .manifest import ManifestError, parse_rljob
 from .children import LABEL_COMPONENT, LABEL_JOB, MANAGER, OperatorSettings, child_name
@@ -45,7 +45,6 @@ from .reconcile import TERMINAL, Decision, Observed, decide
 log = logging.getLogger("kuberl.operator")
 
 JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
-KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # What Decision.delete names ("kind/name").
 CHILD_KINDS = {"jobset": "JobSet", "job": "Job"}
@@ -160,7 +159,9 @@ class Reconciler:
             key = (namespace, name)
             found = self.children.objects("jobsets", key)
             jobs = [j for j in self.children.objects("jobs", key) if LABEL_COMPONENT in j["metadata"].get("labels", {})]
-            workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
+            uids = {js["metadata"]["uid"] for js in found}
+            workloads = [w for w in self.children.objects("workloads", key)
+                         if any(o.get("uid") in uids for o in w["metadata"].get("ownerReferences") or [])]
             return Observed(jobsets=found, jobs=jobs, pods=self.children.objects("pods", key), workloads=workloads,
                             progress=self.children.progress(key))
         selector = f"{LABEL_JOB}={name}"

@@ -82,6 +82,8 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
             def child_changed(kind: str, key: Key, event: str, _obj: dict) -> None:  # in an informer's thread
                 if kind == "configmaps" and event in ("DELETED", "LISTED"):
                     reconciler.forget_support(key)  # one of the job's support objects may be gone: put it back
+                if kind == "workloads" and not children.objects("jobsets", key):
+                    return  # the Workload of a JobSet that is not an RLJob's
                 if not loop.is_closed():  # closed: the operator is stopping
                     loop.call_soon_threadsafe(queue.add, key, CHILD_EVENT_DELAY_SECONDS)
 
