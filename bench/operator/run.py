@@ -16,9 +16,12 @@ when a watch has seen every one of its pods Running. Reported: both times and th
 most 1.2), the operator's reconcile p50/p99 from its own histogram (goal p99 under 1 s) and its count,
 the time until every RLJob's status says Running, the peak resident memory (VmHWM) of the operator,
 Kueue and JobSet, and the CPU seconds that each process of the plane used during each side (the
-machine's load average too: on a shared machine, other work slows both sides).
+machine's load average too: on a shared machine, other work slows both sides), and the API server's
+requests during each side by verb and resource with the seconds it spent on them (apiserver_usage.py).
+--profile-seconds N also writes the API server's CPU profile over the first N seconds of our side into
+the work folder (with --keep).
 
-    .venv/bin/python bench/operator/run.py [--jobs 100] [--out bench/results/operator.json]
+    .venv/bin/python bench/operator/run.py [--jobs 100] [--out bench/results/operator.json] [--keep --profile-seconds 60]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from apiserver_usage import profile_in_background, request_totals, requests_between
 from kubernetes import client, watch
 
 from kuberl.operator.testing.control_plane import NodePool, start_control_plane
@@ -231,13 +235,15 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--out", type=Path, default=RESULTS / "operator.json")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) after the run")
+    parser.add_argument("--profile-seconds", type=int, default=0, help="profile the API server over our side's first N seconds")
     args = parser.parse_args()
     bin_dir = Path(subprocess.run(["bash", str(REPO / "scripts" / "kube-binaries.sh")], check=True,
                                   capture_output=True, text=True).stdout.strip())
     root = scheduling_root(REPO / "scripts" / "scheduling-binaries.sh")
     work = Path(tempfile.mkdtemp(prefix="kuberl-bench-operator-"))
     # 8 nodes of 64 CPUs and 110 pods: room for both sides' 400 pods at once.
-    plane = start_control_plane(bin_dir, work / "plane", pools=(NodePool(POOL, count=8, cpu="64", memory="512Gi"),))
+    plane = start_control_plane(bin_dir, work / "plane", pools=(NodePool(POOL, count=8, cpu="64", memory="512Gi"),),
+                                profiling=args.profile_seconds > 0)
     sched = operator = None
     try:
         sched = start_schedulers(plane, work / "schedulers", root)
@@ -279,9 +285,11 @@ def main() -> None:
         pids = {"operator": operator.proc.pid, **{k: p.pid for k, p in sched.processes.items()},
                 **{k: p.pid for k, p in plane.processes.items()}}
         cpu_before = {k: cpu_seconds(p) for k, p in pids.items()}
+        requests_before = request_totals(plane)
         traces: dict[str, dict] = {"baseline": {}, "ours": {}}
         baseline_seconds = run_side(plane, "baseline", names, create_jobset("baseline"), 900, traces["baseline"])
         cpu_baseline = {k: round(cpu_seconds(p) - cpu_before[k], 1) for k, p in pids.items()}
+        requests_baseline = requests_between(requests_before, request_totals(plane))
         kueue_rss_baseline = proc_status(sched.processes["kueue"].pid, "VmRSS")
         custom.delete_collection_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "baseline", "jobsets",
                                                           propagation_policy="Background")
@@ -291,6 +299,9 @@ def main() -> None:
 
         buckets_before = reconcile_buckets(operator.metrics())
         cpu_before = {k: cpu_seconds(p) for k, p in pids.items()}
+        requests_before = request_totals(plane)
+        if args.profile_seconds:
+            profiling = profile_in_background(plane, args.profile_seconds, work / "apiserver-ours.pprof")
         rljobs = Watcher(custom.list_namespaced_custom_object, (*RLJOBS, "ours", "rljobs"), running_rljob)
         started = time.monotonic()
         ours_seconds = run_side(plane, "ours", names, create_rljob("ours"), 900, traces["ours"])
@@ -298,6 +309,9 @@ def main() -> None:
         status_seconds = time.monotonic() - started
         rljobs.stop()
         cpu_ours = {k: round(cpu_seconds(p) - cpu_before[k], 1) for k, p in pids.items()}
+        requests_ours = requests_between(requests_before, request_totals(plane))
+        if args.profile_seconds:
+            profiling.join()
         load = os.getloadavg()
         buckets = minus(reconcile_buckets(operator.metrics()), buckets_before)
         peak = {k: proc_status(p, "VmHWM") for k, p in pids.items()}
@@ -334,6 +348,9 @@ def main() -> None:
         # Until all pods ran (ours: until every status said Running): the control plane's processes and ours.
         "cpu_seconds_during_baseline": cpu_baseline,
         "cpu_seconds_during_rljobs": cpu_ours,
+        # The API server's requests during each side (not watches), most time-consuming first.
+        "api_requests_during_baseline": requests_baseline,
+        "api_requests_during_rljobs": requests_ours,
         "load_average_1_5_15_at_end": [round(x, 2) for x in load],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

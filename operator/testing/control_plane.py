@@ -169,12 +169,14 @@ def start_control_plane(
     timeout: float = 90.0,
     address: str = "127.0.0.1",
     users: tuple[User, ...] = (),
+    profiling: bool = False,
 ) -> ControlPlane:
     """Start every part, wait until pods can be scheduled onto the pools, and return the plane.
 
     The API server listens on `address`. On loopback nothing can reach it through the `kubernetes`
     Service; a real node (node.py) passes the host end of its veth instead, and the Service then
-    leads there. `users` get a kubeconfig each (plane.kubeconfigs[key]).
+    leads there. `users` get a kubeconfig each (plane.kubeconfigs[key]). `profiling`: the API server
+    serves Go's pprof at /debug/pprof (a benchmark's question: where its CPU goes).
     """
     missing = [b for b in BINARIES if not (bin_dir / b).is_file()]
     if missing:
@@ -215,7 +217,7 @@ def start_control_plane(
             "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki['sa.pub']}", f"--service-account-signing-key-file={pki['sa.key']}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--profiling=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", f"--profiling={str(profiling).lower()}",
             # A node's address, never its name: no name here is known to the machine's resolver.
             "--kubelet-preferred-address-types=InternalIP",
             f"--cert-dir={workdir / 'pki'}",
