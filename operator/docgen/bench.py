@@ -61,7 +61,10 @@ def _operator(d: dict) -> tuple[str, list[str]]:
         f"against {d['baseline_jobsets_all_running_seconds']} s for the same pods as JobSets created directly in the same queue "
         f"({d['ratio_rljobs_over_jobsets']}x)",
         f"{d['reconciles']} reconciles, p50 {d['reconcile_p50_seconds']} s, p99 {d['reconcile_p99_seconds']} s",
-        f"peak memory: operator {d['operator_peak_rss_mib']} MiB, Kueue {d['kueue_peak_rss_mib']} MiB, JobSet {d['jobset_peak_rss_mib']} MiB"])
+        f"peak memory: operator {d['operator_peak_rss_mib']} MiB, Kueue {d['kueue_peak_rss_mib']} MiB, JobSet {d['jobset_peak_rss_mib']} MiB",
+        f"API server CPU {d['cpu_seconds_during_rljobs']['kube-apiserver']} s against "
+        f"{d['cpu_seconds_during_baseline']['kube-apiserver']} s; the machine's load average at the end "
+        f"{d['load_average_1_5_15_at_end'][0]} (other work on it slows both sides)"])
 
 
 def _mb(n: float) -> str:
