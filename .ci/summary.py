@@ -13,6 +13,11 @@ SHOWN = 20
 MESSAGE_LINES = 4
 
 
+def _lines(message: str) -> list[str]:
+    """A failure message's lines that say something."""
+    return [line for line in message.strip().splitlines() if line.strip()]
+
+
 def main(report: str, counts_only: bool = False) -> int:
     try:
         root = ET.parse(report).getroot()
@@ -31,13 +36,13 @@ def main(report: str, counts_only: bool = False) -> int:
     counts = f"{total - len(failed) - len(skipped)} passed, {len(failed)} failed, {len(skipped)} skipped"
     if counts_only:
         for kind, name, message in failed[:SHOWN]:
-            first = next((line for line in message.strip().splitlines() if line.strip()), "")
+            first = (_lines(message) or [""])[0]
             print(f"[ci] {kind.upper()} {name}: {first[:200]}")
         print(counts)
         return 0
     print(counts)
     for kind, name, message in failed[:SHOWN]:
-        head = [line for line in message.strip().splitlines() if line.strip()][:MESSAGE_LINES]
+        head = _lines(message)[:MESSAGE_LINES]
         print(f"[ci] {kind.upper()} {name}")
         for line in head:
             print(f"[ci]     {line[:300]}")

@@ -122,19 +122,13 @@ class Informer:
                     version = self._watch(version)
             except _Expired:
                 log.debug("the watch of %s expired; listing again", self.name)
-            except ApiException as exc:
-                if self._stopped.is_set():
-                    return
-                if self._optional and exc.status == 404:
-                    self._absent()
-                    self._stopped.wait(RELIST_BACKOFF_SECONDS[1])
-                    continue
-                log.warning("watching %s failed (%s); listing again in %.1f s", self.name, exc.reason, pause)
-                self._stopped.wait(pause)
-                pause = min(RELIST_BACKOFF_SECONDS[1], pause * 2)
             except Exception as exc:  # noqa: BLE001 - the cache must outlive any failure: list again
                 if self._stopped.is_set():
                     return
+                if self._optional and isinstance(exc, ApiException) and exc.status == 404:
+                    self._absent()
+                    self._stopped.wait(RELIST_BACKOFF_SECONDS[1])
+                    continue
                 log.warning("watching %s failed (%s); listing again in %.1f s", self.name, exc, pause)
                 self._stopped.wait(pause)
                 pause = min(RELIST_BACKOFF_SECONDS[1], pause * 2)

@@ -56,6 +56,7 @@ class StopRequest:
         self._stepping.set()
 
     def _watch(self, reader: socket.socket, writer: socket.socket) -> None:
+        """`writer`: the wakeup fd's socket, held here so that it stays open as long as this thread runs."""
         received: dict[int, int] = {}
         while True:
             try:
@@ -68,8 +69,9 @@ class StopRequest:
                 if signum not in HANDLED:
                     continue
                 received[signum] = received.get(signum, 0) + 1
-                if not self._stepping.is_set() or received[signum] > 1:
-                    why = "before the first step: nothing to save" if not self._stepping.is_set() else "second signal"
+                stepping = self._stepping.is_set()
+                if not stepping or received[signum] > 1:
+                    why = "second signal" if stepping else "before the first step: nothing to save"
                     # Not logging: its lock may be held by the main thread, which is not coming back.
                     os.write(2, f"kuberl: {signal.Signals(signum).name} {why}, exiting now\n".encode())
                     os._exit(128 + signum)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from kuberl.operator.api.run_policy import RunPolicy
 from kuberl.operator.testing.control_plane import ControlPlane
 from kuberl.operator.testing.reports import cluster_report
 
 # After its first pass, the namespace controller looks again only after half the longest grace period
-# left to the pods it asked to stop, plus a second: 151 s for a trainer pod's default of 300 s, whatever
+# left to the pods it asked to stop, plus a second (151 s for a trainer pod's default of 300 s), whatever
 # happens to the pods meanwhile. A wait for the namespace has to outlast that.
-NAMESPACE_RECHECK_S = 300 // 2 + 1
+NAMESPACE_RECHECK_S = RunPolicy().termination_grace_period_seconds // 2 + 1
 
 
 def delete_namespace(plane: ControlPlane, namespace: str, grace_s: int = 60) -> None:
