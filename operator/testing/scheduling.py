@@ -34,8 +34,11 @@ import datetime as dt
 import ipaddress
 import json
 import os
+import ssl
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,6 +198,13 @@ def start_schedulers(
 
         hooks = _webhook_configurations(root, ca_pem, ports, frameworks)
         plane.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(json.dumps(h) for h in hooks))
+        # A manager's readyz says its webhook server listens, not that its handlers are registered:
+        # JobSet adds them from a goroutine after start-up, and until then a JobSet write gets a 404
+        # from "mjobset.kb.io". Wait until every registered path answers.
+        for owner in ("jobset", "kueue"):
+            urls = sorted({hook["clientConfig"]["url"] for doc in hooks for hook in doc["webhooks"]
+                           if hook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{ports[f'{owner}-webhook']}/")})
+            _wait(sched, owner, deadline, lambda urls=urls: all(_webhook_served(url, ca_pem) for url in urls))
     except BaseException:
         sched.stop()
         raise
@@ -306,6 +316,19 @@ def _webhook_configurations(root: Path, ca_pem: bytes, ports: dict[str, int], fr
             doc["webhooks"] = hooks
             out.append(doc)
     return out
+
+
+def _webhook_served(url: str, ca_pem: bytes) -> bool:
+    """Whether a webhook path has its handler: any answer but 404 (an empty review is refused, not unknown)."""
+    request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST")
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=2):
+            return True
+    except urllib.error.HTTPError as exc:
+        return exc.code != 404
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
 
 
 def _serving_pki() -> tuple[bytes, bytes, bytes]:
