@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.operator.testing.scheduling import _serving_pki, _webhook_served
+from kuberl.operator.testing.webhooks import serving_pki, webhook_served
 
 SERVED = "/mutate-jobset-x-k8s-io-v1alpha2-jobset"
 
@@ -30,7 +30,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def server(tmp_path: Path) -> Iterator[tuple[int, bytes]]:
-    ca_pem, cert_pem, key_pem = _serving_pki()
+    ca_pem, cert_pem, key_pem = serving_pki()
     (tmp_path / "tls.crt").write_bytes(cert_pem)
     (tmp_path / "tls.key").write_bytes(key_pem)
     httpd = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
@@ -46,22 +46,22 @@ def server(tmp_path: Path) -> Iterator[tuple[int, bytes]]:
 
 def test_a_registered_path_is_served_even_when_it_refuses_the_empty_review(server) -> None:
     port, ca_pem = server
-    assert _webhook_served(f"https://127.0.0.1:{port}{SERVED}", ca_pem)
+    assert webhook_served(f"https://127.0.0.1:{port}{SERVED}", ca_pem)
 
 
 def test_a_path_without_its_handler_yet_is_not_served(server) -> None:
     port, ca_pem = server
-    assert not _webhook_served(f"https://127.0.0.1:{port}/validate-jobset-x-k8s-io-v1alpha2-jobset", ca_pem)
+    assert not webhook_served(f"https://127.0.0.1:{port}/validate-jobset-x-k8s-io-v1alpha2-jobset", ca_pem)
 
 
 def test_a_closed_port_is_not_served(server) -> None:
     from kuberl.operator.ports import free_port
 
     _, ca_pem = server
-    assert not _webhook_served(f"https://127.0.0.1:{free_port()}{SERVED}", ca_pem)
+    assert not webhook_served(f"https://127.0.0.1:{free_port()}{SERVED}", ca_pem)
 
 
 def test_a_server_with_a_certificate_from_another_ca_is_not_served(server) -> None:
     port, _ = server
-    other_ca, _, _ = _serving_pki()
-    assert not _webhook_served(f"https://127.0.0.1:{port}{SERVED}", other_ca)
+    other_ca, _, _ = serving_pki()
+    assert not webhook_served(f"https://127.0.0.1:{port}{SERVED}", other_ca)

@@ -13,7 +13,10 @@ started ControlPlane:
 - their webhook configurations are registered with `clientConfig.url: https://127.0.0.1:PORT/PATH`
   and the CA bundle, in place of the shipped Service references. Only Kueue's own webhooks and those
   of the enabled integrations are registered: a `failurePolicy: Fail` webhook on every Pod or
-  Deployment would block the whole plane once Kueue stops.
+  Deployment would block the whole plane once Kueue stops (the certificates and the configurations
+  are made in webhooks.py);
+- start_schedulers returns once every registered path has its handler, not when readyz first passes:
+  JobSet registers its handlers after its manager starts.
 
 Kueue with internal cert management off reads its metrics certificate from the fixed path
 /etc/kueue/metrics/certs/tls.{crt,key} and exits when it is not there (cmd/kueue/main.go at v0.17).
@@ -30,29 +33,34 @@ admin token (it authenticates and authorizes callers through the API server).
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
+import base64
 import json
 import os
 import ssl
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ..ports import free_port
 from .control_plane import ControlPlane, ControlPlaneError, _http_ok, _spawn_argv, _tail, _terminate, _wait
+from .webhooks import serving_pki, webhook_configurations, webhook_served
 
 KUEUE_SYSTEM = "kueue-system"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 # Kueue integrations (config.kueue.x-k8s.io Configuration `integrations.frameworks`) and the API
 # group each one's webhooks are registered for.
 DEFAULT_FRAMEWORKS = ("batch/job", "jobset.x-k8s.io/jobset")
 _FRAMEWORK_GROUPS = {"batch/job": "batch", "jobset.x-k8s.io/jobset": "jobset.x-k8s.io"}
+
+
+def kueue_groups(frameworks: tuple[str, ...]) -> set[str]:
+    """The API groups whose Kueue webhooks are registered: Kueue's own and its enabled integrations'."""
+    return {"kueue.x-k8s.io", *(_FRAMEWORK_GROUPS[f] for f in frameworks)}
 
 
 def scheduling_root(script: Path) -> Path:
@@ -91,9 +99,6 @@ class Schedulers:
                           local_queue: str | None = None) -> list[dict]:
         """Kueue's visibility API (visibility.kueue.x-k8s.io/v1beta2): the pending workloads of a
         ClusterQueue, or of a LocalQueue, in order, each with positionInClusterQueue/positionInLocalQueue."""
-        import ssl
-        import urllib.request
-
         if "kueue-visibility" not in self.ports:
             raise RuntimeError("Kueue was started without its visibility server (start_schedulers(visibility=True))")
         base = f"https://127.0.0.1:{self.ports['kueue-visibility']}/apis/visibility.kueue.x-k8s.io/v1beta2"
@@ -139,7 +144,7 @@ def start_schedulers(
     ports = {name: free_port() for name in ("kueue-webhook", "kueue-health", "jobset-webhook", "jobset-health")}
     if visibility:
         ports["kueue-visibility"] = free_port()
-    ca_pem, cert_pem, key_pem = _serving_pki()
+    ca_pem, cert_pem, key_pem = serving_pki()
     sched = Schedulers(plane, workdir, root, ca_pem, ports)
     deadline = time.monotonic() + timeout
     try:
@@ -196,7 +201,7 @@ def start_schedulers(
         _wait(sched, "kueue", deadline, lambda: _http_ok(f"http://127.0.0.1:{ports['kueue-health']}/readyz"))
         sched.startup_seconds["kueue"] = time.monotonic() - kueue_started
 
-        hooks = _webhook_configurations(root, ca_pem, ports, frameworks)
+        hooks = webhook_configurations(root, ca_pem, ports, kueue_groups(frameworks))
         plane.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(json.dumps(h) for h in hooks))
         # A manager's readyz says its webhook server listens, not that its handlers are registered:
         # JobSet adds them from a goroutine after start-up, and until then a JobSet write gets a 404
@@ -204,7 +209,7 @@ def start_schedulers(
         for owner in ("jobset", "kueue"):
             urls = sorted({hook["clientConfig"]["url"] for doc in hooks for hook in doc["webhooks"]
                            if hook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{ports[f'{owner}-webhook']}/")})
-            _wait(sched, owner, deadline, lambda urls=urls: all(_webhook_served(url, ca_pem) for url in urls))
+            _wait(sched, owner, deadline, lambda urls=urls: all(webhook_served(url, ca_pem) for url in urls))
     except BaseException:
         sched.stop()
         raise
@@ -251,10 +256,6 @@ def _in_mount_namespace(layers: Path, argv: list[str], new_root: bool = False) -
 
 
 def _install_crds(plane: ControlPlane, root: Path, ca_pem: bytes, kueue_webhook_port: int) -> None:
-    import base64
-
-    import yaml
-
     conversion = {}
     for patch in sorted((root / "conversion" / "kueue").glob("*.yaml")):
         doc = yaml.safe_load(patch.read_text())
@@ -285,84 +286,6 @@ def _install_crds(plane: ControlPlane, root: Path, ca_pem: bytes, kueue_webhook_
         if time.monotonic() > deadline:
             raise ControlPlaneError(f"CRDs not Established: {out.stderr}")
         time.sleep(0.5)
-
-
-def _webhook_configurations(root: Path, ca_pem: bytes, ports: dict[str, int], frameworks: tuple[str, ...]) -> list[dict]:
-    """The shipped webhook configurations, with loopback URLs instead of Service references."""
-    import base64
-
-    import yaml
-
-    bundle = base64.b64encode(ca_pem).decode()
-    kueue_groups = {"kueue.x-k8s.io", *(_FRAMEWORK_GROUPS[f] for f in frameworks)}
-    out = []
-    for owner in ("kueue", "jobset"):
-        for doc in yaml.safe_load_all((root / "webhooks" / f"{owner}.yaml").read_text()):
-            if not doc:
-                continue
-            hooks = []
-            for hook in doc["webhooks"]:
-                groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
-                if owner == "kueue" and not groups <= kueue_groups:
-                    continue
-                if owner == "jobset" and "" in groups:
-                    # As JobSet's own kustomize patch does: its Pod webhooks only see the Pods of JobSets.
-                    hook["objectSelector"] = {"matchExpressions": [{"key": JOBSET_NAME_LABEL, "operator": "Exists"}]}
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {"url": f"https://127.0.0.1:{ports[f'{owner}-webhook']}{path}", "caBundle": bundle}
-                hook["timeoutSeconds"] = 10
-                hooks.append(hook)
-            doc["metadata"] = {"name": f"{owner}-{doc['metadata']['name']}"}
-            doc["webhooks"] = hooks
-            out.append(doc)
-    return out
-
-
-def _webhook_served(url: str, ca_pem: bytes) -> bool:
-    """Whether a webhook path has its handler: any answer but 404 (an empty review is refused, not unknown)."""
-    request = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json"}, method="POST")
-    context = ssl.create_default_context(cadata=ca_pem.decode())
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=2):
-            return True
-    except urllib.error.HTTPError as exc:
-        return exc.code != 404
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return False
-
-
-def _serving_pki() -> tuple[bytes, bytes, bytes]:
-    """A CA and a serving certificate it signs, for 127.0.0.1 and localhost (the managers' webhooks)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = dt.datetime.now(dt.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kuberl-test-webhook-ca")])
-    ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=7))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kuberl-test-webhooks")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=7))
-        .add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
 
 
 def wait_for_garbage_collector(plane: ControlPlane, timeout: float = 75.0) -> float:
