@@ -8,7 +8,7 @@ costs one reconcile.
 
 A reconcile's cost is its round trips to the API server, and 100 jobs starting at once make a few
 thousand of them, which slow the API server for Kueue and JobSet too. So a reconcile reads the
-RLJob itself from the API, and the children and Kueue's Workloads from the cache (the state the
+RLJob itself from the API, and the children and Kueue's Workloads from the cache (child_reader.py; the state the
 watches last reported, as controller-runtime's informers do; a change not yet seen there enqueues
 the job again when it arrives, so what `decide` sees converges). It applies the support objects
 (Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim) side by side and only
@@ -30,22 +30,18 @@ from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from kuberl.engine.config import PROGRESS_KEY
-
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
-from .child_cache import KUEUE_GROUP, KUEUE_VERSION, ChildCache, Key
+from .child_cache import ChildCache, Key
+from .child_reader import ChildReader
 from .cluster_rules import cluster_problems
 from .manifest import ManifestError, parse_rljob
-from .children import LABEL_COMPONENT, LABEL_JOB, MANAGER, OperatorSettings, child_name
-from .initializer_job import needs_initializer
+from .children import MANAGER, OperatorSettings
 from .jobset import API_VERSION as JOBSET_API_VERSION
 from .planner import plan
-from .reconcile import TERMINAL, Decision, Observed, decide
+from .reconcile import TERMINAL, Decision, decide
 
 log = logging.getLogger("kuberl.operator")
 
-JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
-KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 # What Decision.delete names ("kind/name").
 CHILD_KINDS = {"jobset": "JobSet", "job": "Job"}
 CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1"}
@@ -95,10 +91,10 @@ class Reconciler:
         self.metrics = metrics
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
-        self.batch = client.BatchV1Api(api_client)
         self.dynamic = dynamic.DynamicClient(api_client)
         # Only requests run here, never a task that waits on another: no pool can starve itself.
         self._io = ThreadPoolExecutor(max_workers=max(1, workers) * IO_THREADS_PER_WORKER, thread_name_prefix="kuberl-io")
+        self.reader = ChildReader(api_client, self._io, children)
         self._support: dict[Key, tuple[str, str, float]] = {}
         """Per job: (RLJob uid, digest of the support objects, monotonic time) of their last apply by this process."""
         self._support_lock = threading.Lock()
@@ -144,64 +140,12 @@ class Reconciler:
         except ManifestError as exc:
             self._refuse(raw, exc)
             return None
-        observed = self._observe(job, namespace, name)
+        observed = self.reader.observe(job, namespace, name)
         decision = decide(job, observed, datetime.now(timezone.utc))
         if not self.apply_unless_gone(raw, job, decision):
             return GONE_RETRY_SECONDS
         self.metrics.observe_phase(key, decision.status.phase)
         return decision.requeue_after
-
-    # --- reading ---------------------------------------------------------------------------
-
-    def _observe(self, job: RLJob, namespace: str, name: str) -> Observed:
-        """The job's children (from the cache, or read side by side), then the Workloads of its JobSets."""
-        if self.children is not None:
-            key = (namespace, name)
-            found = self.children.objects("jobsets", key)
-            jobs = [j for j in self.children.objects("jobs", key) if LABEL_COMPONENT in j["metadata"].get("labels", {})]
-            uids = {js["metadata"]["uid"] for js in found}
-            workloads = [w for w in self.children.objects("workloads", key)
-                         if any(o.get("uid") in uids for o in w["metadata"].get("ownerReferences") or [])]
-            return Observed(jobsets=found, jobs=jobs, pods=self.children.objects("pods", key), workloads=workloads,
-                            progress=self.children.progress(key))
-        selector = f"{LABEL_JOB}={name}"
-        jobsets = self._io.submit(self.custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, namespace,
-                                  "jobsets", label_selector=selector)
-        pods = self._io.submit(self._list_raw, self.core.list_namespaced_pod, namespace, selector)
-        progress = self._io.submit(self._progress, namespace, name)
-        # The only batch Jobs of a job are its initializer's; whether it has one is fixed at creation (only
-        # runPolicy may change).
-        jobs = (self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
-                if needs_initializer(job) else None)
-        found = jobsets.result()["items"]
-        workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
-        return Observed(jobsets=found, jobs=jobs.result() if jobs is not None else [], pods=pods.result(),
-                        workloads=workloads, progress=progress.result())
-
-    @staticmethod
-    def _list_raw(call, namespace: str, selector: str) -> list[dict[str, Any]]:
-        """A list's items as plain dicts, as the API sends them (not the client's models: cheaper, and what decide reads)."""
-        return json.loads(call(namespace, label_selector=selector, _preload_content=False).data)["items"]
-
-    def _progress(self, namespace: str, name: str) -> str | None:
-        try:
-            cm = self.core.read_namespaced_config_map(child_name(name, "progress"), namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return None
-        return (cm.data or {}).get(PROGRESS_KEY)
-
-    def _workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
-        """Kueue's Workloads of a JobSet; none where Kueue is not installed."""
-        try:
-            found = self.custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads",
-                                                              label_selector=f"{KUEUE_JOB_UID_LABEL}={jobset_uid}")
-        except ApiException as exc:
-            if exc.status == 404:
-                return []
-            raise
-        return found["items"]
 
     # --- writing ---------------------------------------------------------------------------
 

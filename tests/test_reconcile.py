@@ -180,3 +180,16 @@ def test_preemptions_count_on_from_the_jobset_before() -> None:
     job = demo(phase="Queued", queue="team-a")
     d = decide(job, Observed(jobsets=[jobset(suspend=True, preemptions_before=2)], workloads=[workload(evictions=1)]), NOW)
     assert d.status.preemptions == 3
+
+
+def test_a_jobs_workloads_are_those_its_jobset_owns_by_uid() -> None:
+    """A Workload left by an earlier JobSet of the same name (the job deleted and made again before the
+    garbage collector took it) is not this job's: its quota state must not decide the new one's phase."""
+    from kuberl.operator.reconcile.reading import owned_by
+
+    jobset = {"metadata": {"name": "ppo", "uid": "new"}}
+    current = {"metadata": {"name": "jobset-ppo-a1", "ownerReferences": [{"kind": "JobSet", "name": "ppo", "uid": "new"}]}}
+    earlier = {"metadata": {"name": "jobset-ppo-b2", "ownerReferences": [{"kind": "JobSet", "name": "ppo", "uid": "old"}]}}
+    orphan = {"metadata": {"name": "jobset-ppo-c3"}}
+    assert owned_by([earlier, current, orphan], [jobset]) == [current]
+    assert owned_by([current], []) == []

@@ -98,6 +98,14 @@ def failed_pod(pods: list[dict[str, Any]]) -> str | None:
 # --- Kueue's Workload -----------------------------------------------------------------------------
 
 
+def owned_by(objects: list[dict[str, Any]], owners: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects with an owner reference to one of `owners`, by uid: Kueue's Workloads of the job's
+    JobSets. By uid, not name: a Workload of an earlier JobSet of the same name (a job deleted and made
+    again, before the garbage collector took its Workload) is not this job's."""
+    uids = {o["metadata"]["uid"] for o in owners}
+    return [obj for obj in objects if any(ref.get("uid") in uids for ref in obj["metadata"].get("ownerReferences") or [])]
+
+
 def evictions(workloads: list[dict[str, Any]], jobset: dict[str, Any]) -> int:
     """The RLJob's preemptions and other evictions: before this JobSet, plus what Kueue counted on its Workload."""
     counted = sum(int(e.get("count", 0) or 0) for w in workloads

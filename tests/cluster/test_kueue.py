@@ -131,6 +131,43 @@ def test_a_job_is_admitted_whole_and_the_next_waits_with_no_pod(control_plane, q
     wait_phase(plane, NS, "second", "Succeeded", 60)
 
 
+def test_the_operators_cache_and_its_direct_reads_find_the_same_workload(control_plane, queue) -> None:
+    """The operator reads a job's children from its cache, or, without one, from the API: both find the
+    Workload Kueue made for the job's JobSet, and only that one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kuberl.operator.api import GROUP, PLURAL, VERSION
+    from kuberl.operator.child_cache import ChildCache
+    from kuberl.operator.child_reader import ChildReader
+    from kuberl.operator.manifest import parse_rljob
+    from kuberl.operator.reconcile.reading import admitted
+
+    plane = control_plane
+    create(plane, NS, gpu_job("read"))
+    wait_phase(plane, NS, "read", "Running", 90)
+    job = parse_rljob(client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "read"), "read")
+    cache = ChildCache(plane.api_client(), (NS,))
+    cache.start(lambda *change: None)
+    try:
+        assert cache.wait_synced(30), "the cache did not list its kinds"
+        with ThreadPoolExecutor(4) as io:
+            cached = ChildReader(plane.api_client(), io, cache).observe(job, NS, "read")
+            direct = ChildReader(plane.api_client(), io).observe(job, NS, "read")
+    finally:
+        cache.stop()
+
+    def names(objects: list[dict[str, Any]]) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in objects)
+
+    assert len(direct.workloads) == 1 and admitted(direct.workloads)
+    assert names(cached.workloads) == names(direct.workloads)
+    assert names(cached.jobsets) == names(direct.jobsets) == ["read"]
+    assert names(cached.pods) == names(direct.pods) and len(direct.pods) == 2
+    finish(plane, "read")
+    wait_phase(plane, NS, "read", "Succeeded", 60)
+
+
 def test_roles_that_fit_alone_but_not_together_are_not_admitted_at_all(control_plane, queue) -> None:
     """The actor (16 GPUs) fits the queue; actor and critic (24) do not. Admitting Jobs one by one would start
     the actor and hold its GPUs while the critic waits; the job's one Workload is never admitted."""
