@@ -31,34 +31,28 @@ import torch
 import torch.distributed as dist
 
 from .. import algorithms as A
+from ..common.dtypes import is_half
+from ..common.timer import Timer
 from ..config.algorithm import AlgorithmSpec
 from ..config.progress import CheckpointStatus
 from ..config.topology import EngineConfig
 from ..data import PromptEncoder, PromptLoader, load_examples
-from ..common.dtypes import is_half, torch_dtype, vllm_dtype
-from ..models.arch import LlamaArch
-from ..models.loading import export_hf_folder, read_hf_config, read_hf_state_dict
-from ..models.lora_layout import adapter_config
+from ..distributed.role_access import RoleAccess
+from ..distributed.role_link import RoleLink
+from ..distributed.role_worlds import RoleWorld
+from ..models.loading import export_hf_folder, read_hf_state_dict
 from ..steps import step_entry
 from ..steps.context import StepContext
 from ..steps.records import Rollout, Scores
-from . import checkpoint as ckpt
-from . import multi_turn_run
-from .checks import ConfigError, check_supported
 from ..training.losses import policy_loss_fn, value_loss_fn
-from .metrics import RunMetrics, plot_rewards, read_jsonl
-from ..training.packing import layout_options
-from ..training.lora import AdapterOff
-from ..training.policy import MegatronLM
-from . import lora_run
-from ..models.resolve import model_folder
-from ..distributed.role_access import RoleAccess
-from ..distributed.role_worlds import RoleWorld
-from ..distributed.role_link import RemoteRewardModel, RoleLink
+from . import checkpoint as ckpt
+from . import lora_run, multi_turn_run
+from .builders import (ModelFiles, build_actor, build_critic, build_reference, build_resharder, build_rewarder, build_rollout,
+                       build_tokenizer, build_trackers, model_files)
 from .checkpoint import checkpoint_root
-from ..config.topology import policy_temperature
+from .checks import ConfigError, check_supported
+from .metrics import RunMetrics, plot_rewards, read_jsonl
 from .stopping import StopRequest, agree
-from ..common.timer import Timer
 
 __all__ = ["ConfigError", "RLRun", "Timer", "check_supported"]
 
@@ -86,85 +80,24 @@ class RLRun:
         self.is_controller = self.rank == 0
         self.remote_roles = set(world.remote_roles())
         self.links = {role: RoleLink(role, link) for role, link in world.links.items()} if self.is_controller else {}
-        trainer, algorithm = config.trainer, config.algorithm
-        self.dpo = not algorithm.on_policy
-
-        folder = model_folder(config.model, base_dir)
-        self.folder = folder
-        self.hf_config = read_hf_config(folder)
-        self.arch = LlamaArch.from_hf_config(self.hf_config)
-        from transformers import AutoTokenizer
-
-        tok_source = model_folder(config.tokenizer, base_dir) if config.tokenizer and config.tokenizer.source() else folder
-        self.tokenizer = AutoTokenizer.from_pretrained(tok_source)
-        if config.tokenizer and config.tokenizer.chat_template:
-            self.tokenizer.chat_template = config.tokenizer.chat_template
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        self.dtype = torch_dtype(config.model.dtype)
-
-        # Data before models: a bad record fails the run in seconds, not after the models load.
-        # Every rank reads the same examples and walks the same seeded order.
-        data = config.data
-        # A multi-turn job's tools (and a chat template that describes them) before the prompts are rendered.
-        self.agents = multi_turn_run.prepare_agents(config, self.tokenizer, base_dir)
-        self.encoder = PromptEncoder(self.tokenizer, data, tools=self.agents.schemas if self.agents else None)
-        self.train_examples = load_examples(data.train, data, base_dir, preferences=self.dpo)
-        self.validation = load_examples(data.validation, data, base_dir) if data.validation and not self.dpo else []
-        for example in self.train_examples + self.validation:
-            self.encoder.encode(example)  # too long, or not renderable: refused now, with file:line
-        self.loader = PromptLoader(self.train_examples, trainer.prompts_per_step, trainer.seed, data.shuffle)
-        self.total_steps = trainer.total_steps or trainer.total_epochs * self.loader.steps_per_epoch
-
-        hf_state = read_hf_state_dict(folder)
-        layout = layout_options(trainer)
-        temperature = policy_temperature(config)
-        self.lora = trainer.lora
-        self.actor = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer,
-                                logit_temperature=temperature, lora=self.lora, lora_seed=trainer.seed, **layout)
-        self.needs_ref = algorithm.needs_reference
-        estimator = A.estimator_of(algorithm)
-        self.needs_critic = estimator is not None and estimator.needs_critic
-        # With LoRA the reference is the actor's own base: its adapter off, no second copy of the weights.
-        self.ref = (AdapterOff(self.actor) if self.lora else MegatronLM(self.arch, hf_state, dtype=self.dtype,
-                                                                         logit_temperature=temperature, **layout)) \
-            if self.needs_ref and "ref" not in self.remote_roles else None
-        self.critic = MegatronLM(self.arch, hf_state, dtype=self.dtype, optimizer=trainer.optimizer, value_head=True, **layout) \
-            if self.needs_critic and "critic" not in self.remote_roles else None
-        del hf_state
-        self.dp_rank, self.dp_size = self.actor.place.dp_rank, self.actor.place.dp_size
-        self.roles = RoleAccess(self.links, self.remote_roles, self.is_controller, self.world, trainer.micro_batch_size)
-        self.use_algorithm(algorithm)
-
-        self.rewarder = None
-        if self.is_controller and config.reward is not None and not self.dpo:
-            from ..rewards import Rewarder
-
-            remote = RemoteRewardModel(self.links["reward"]) if "reward" in self.links else None
-            self.rewarder = Rewarder(config.reward, base_dir, remote_model=remote)
-
-        # vLLM replicas of rollout_tp consecutive ranks each (rollout_tp = 1: one per rank).
+        self.dpo = not config.algorithm.on_policy
+        self.lora = config.trainer.lora
         self.rollout_tp = config.roles["actor"].rollout_tp
-        self.rollout = self.resharder = self.generator = self.switch = self.multi_turn = None
-        if not self.dpo:
-            from ..rollout.vllm_backend import VLLMRollout
 
-            from ..rollout.generation import Generator
-            from ..rollout.switch import HybridSwitch
-
-            spec = config.rollout
-            assert spec is not None
-            self.resharder = self._make_resharder(self.rollout_tp)  # refuses a layout it cannot serve before vLLM starts
-            self.rollout = VLLMRollout(folder, dtype=vllm_dtype(self.dtype), seed=trainer.seed + self.rank // self.rollout_tp,
-                                       max_model_len=data.max_prompt_length + spec.max_response_tokens,
-                                       kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
-                                       tensor_parallel_size=self.rollout_tp, skip_tokenizer_init=True,
-                                       lora_rank=self.lora.rank if self.lora else None)
-            self.generator = Generator(self.rollout, self.rank, self.world, self.rollout_tp)
-            if self.agents is not None:
-                self.multi_turn = multi_turn_run.multi_turn_rollout(self.agents, self.generator, self.encoder, config, self.stop_ids())
-            adapter = lora_run.adapter_gather(self.arch, self.lora, self.actor.place) if self.lora else None
-            self.switch = HybridSwitch(self.actor, self.critic, self.rollout, self.resharder, adapter,
-                                       adapter_config(self.lora, str(folder)) if self.lora else None)
+        files = model_files(config, base_dir)
+        self.files, self.folder, self.hf_config, self.arch, self.dtype = files, files.folder, files.hf_config, files.arch, files.dtype
+        self.tokenizer = build_tokenizer(config, files, base_dir)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        # Data before models: a bad record fails the run in seconds, not after the models load.
+        self._load_data(config, base_dir)
+        self._build_models(config, files)
+        self.roles = RoleAccess(self.links, self.remote_roles, self.is_controller, self.world, config.trainer.micro_batch_size)
+        self.use_algorithm(config.algorithm)
+        self.rewarder = build_rewarder(config, base_dir, self.links) if self.is_controller else None
+        parts = None if self.dpo else build_rollout(config, files, self.actor, self.critic, self.agents, self.encoder,
+                                                    self.stop_ids(), self.rank, self.world)
+        self.rollout, self.resharder, self.generator, self.switch, self.multi_turn = \
+            (parts.rollout, parts.resharder, parts.generator, parts.switch, parts.multi_turn) if parts else (None,) * 5
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
         self.checkpoints = checkpoint_root(config, base_dir)
@@ -176,13 +109,35 @@ class RLRun:
         self.last_checkpoint: CheckpointStatus | None = None
         """The newest complete checkpoint (controller rank): what the progress report names."""
         self._resume()
-        self.trackers = None
-        if self.is_controller and config.tracking:
-            from ..tracking import Trackers, flat_params
+        # After the resume: a resumed job continues its tracking runs, from the step after its checkpoint.
+        self.trackers = build_trackers(config, run_dir, self.checkpoints, self.step) if self.is_controller else None
 
-            # After the resume: a resumed job continues its runs, from the step after its checkpoint.
-            self.trackers = Trackers(config.tracking, job=config.job, run_dir=run_dir, ids_dir=self.checkpoints,
-                                     params=flat_params(config.to_manifest()), resumed_at=self.step)
+    def _load_data(self, config: EngineConfig, base_dir: Path) -> None:
+        """The prompts, every one encoded now (too long, or not renderable: refused with file:line), and
+        the seeded loader that every rank walks alike."""
+        data, trainer = config.data, config.trainer
+        # A multi-turn job's tools (and a chat template that describes them) before the prompts are rendered.
+        self.agents = multi_turn_run.prepare_agents(config, self.tokenizer, base_dir)
+        self.encoder = PromptEncoder(self.tokenizer, data, tools=self.agents.schemas if self.agents else None)
+        self.train_examples = load_examples(data.train, data, base_dir, preferences=self.dpo)
+        self.validation = load_examples(data.validation, data, base_dir) if data.validation and not self.dpo else []
+        for example in self.train_examples + self.validation:
+            self.encoder.encode(example)
+        self.loader = PromptLoader(self.train_examples, trainer.prompts_per_step, trainer.seed, data.shuffle)
+        self.total_steps = trainer.total_steps or trainer.total_epochs * self.loader.steps_per_epoch
+
+    def _build_models(self, config: EngineConfig, files: ModelFiles) -> None:
+        """The actor, and the reference and critic where the algorithm needs them and they run on these ranks."""
+        algorithm = config.algorithm
+        estimator = A.estimator_of(algorithm)
+        self.needs_ref = algorithm.needs_reference
+        self.needs_critic = estimator is not None and estimator.needs_critic
+        hf_state = read_hf_state_dict(files.folder)
+        self.actor = build_actor(config, files, hf_state)
+        self.ref = build_reference(config, files, hf_state, self.actor) if self.needs_ref and "ref" not in self.remote_roles else None
+        self.critic = build_critic(config, files, hf_state) if self.needs_critic and "critic" not in self.remote_roles else None
+        del hf_state
+        self.dp_rank, self.dp_size = self.actor.place.dp_rank, self.actor.place.dp_size
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -350,27 +305,12 @@ class RLRun:
             return lora_run.export(lora_run.adapter_gather(self.arch, self.lora, self.actor.place), self.actor.adapters.state(),
                                    self.lora, self.folder, self.hf_config, out, self.is_controller)
         # The switch's gather with t_g = 1 gives every rank of a model-parallel group the full model.
-        resharder = self.resharder if self.resharder is not None and self.rollout_tp == 1 else self._make_resharder(1)
+        resharder = self.resharder if self.resharder is not None and self.rollout_tp == 1 else build_resharder(self.files, self.actor.place, 1)
         full = dict(resharder.stream(self.actor.megatron_state()))
         if self.is_controller:
             export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)
             log.info("exported the policy to %s", out)
         dist.barrier()
-
-    def _make_resharder(self, tg: int):
-        """The training->generation switch for this rank's place in the actor's layout, for vLLM
-        replicas of `tg` ranks."""
-        from megatron.core import parallel_state as ps
-
-        from ..hybrid.reshard import Resharder
-        from ..distributed.world import model_parallel_ranks
-
-        place = self.actor.place
-        try:
-            return Resharder(self.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
-                             ps.get_model_parallel_group(), dtype=self.dtype, tg=tg)
-        except ValueError as exc:
-            raise ConfigError(f"roles.actor.layout.rolloutTp: {exc}") from None
 
     # -- helpers --------------------------------------------------------------------------------------
 

@@ -16,13 +16,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..config.topology import EngineConfig, policy_temperature
+from ..config.topology import EngineConfig
 from ..distributed.role_link import RoleFailure, RoleLink
-from . import checkpoint as ckpt
-from .checkpoint import checkpoint_root
 from ..distributed.role_worlds import RoleWorld
-from .stopping import StopRequest, agree
+from ..models.loading import read_hf_state_dict
+from ..rewards import RewardModel
+from ..training.losses import value_loss_fn
 from ..training.update_stats import mean_of, mean_over
+from . import checkpoint as ckpt
+from .builders import build_critic, build_reference, model_files
+from .checkpoint import checkpoint_root
+from .stopping import StopRequest, agree
 
 log = logging.getLogger("kuberl.engine")
 
@@ -37,28 +41,16 @@ class RoleWorker:
         self.model = self.reward_model = None
         self.checkpoints = checkpoint_root(config, base_dir)
         if self.role == "reward":
-            from ..rewards import RewardModel
-
             assert config.reward is not None and config.reward.model is not None
             self.reward_model = RewardModel(config.reward.model, base_dir)
         else:
-            from ..models.arch import LlamaArch
-            from ..models.loading import read_hf_config, read_hf_state_dict
-            from ..training.policy import MegatronLM
-            from ..models.resolve import model_folder
-            from ..common.dtypes import torch_dtype
-
-            folder = model_folder(config.model, base_dir)
-            arch = LlamaArch.from_hf_config(read_hf_config(folder))
+            # The same builders as a colocated role's (builders.py): the same model wherever it runs.
+            files = model_files(config, base_dir)
+            hf_state = read_hf_state_dict(files.folder)
             critic = self.role == "critic"
-            from ..training.packing import layout_options
-
-            self.model = MegatronLM(arch, read_hf_state_dict(folder), dtype=torch_dtype(config.model.dtype),
-                                    optimizer=config.trainer.optimizer if critic else None, value_head=critic,
-                                    logit_temperature=policy_temperature(config), **layout_options(config.trainer))
+            self.model = build_critic(config, files, hf_state) if critic else build_reference(config, files, hf_state)
+            del hf_state
             if critic:
-                from ..training.losses import value_loss_fn
-
                 self.value_loss = value_loss_fn(config.algorithm)
                 self._resume()
         block = world.block
