@@ -5,8 +5,6 @@ and the check that a registered path has its handler."""
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import ipaddress
 import ssl
 import urllib.error
 import urllib.request
@@ -14,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .credentials import certificate_authority, serving_certificate
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
@@ -61,35 +61,8 @@ def webhook_served(url: str, ca_pem: bytes) -> bool:
 
 
 def serving_pki() -> tuple[bytes, bytes, bytes]:
-    """A CA and a serving certificate it signs, for 127.0.0.1 and localhost (the managers' webhooks)."""
-    # cryptography is a test extra (as in credentials.py): imported where a plane is made, not with the package.
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = dt.datetime.now(dt.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kuberl-test-webhook-ca")])
-    ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=7))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kuberl-test-webhooks")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=7))
-        .add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return ca.public_bytes(pem), cert.public_bytes(pem), key_pem
+    """A CA and a serving certificate it signs, for 127.0.0.1 and localhost (the managers' webhooks):
+    (CA certificate, server certificate, server key), PEM."""
+    ca_key, ca = certificate_authority("kuberl-test-webhook-ca")
+    server = serving_certificate(ca_key, ca, "kuberl-test-webhooks", ["localhost"], ["127.0.0.1"])
+    return ca.cert_pem, server.cert_pem, server.key_pem
