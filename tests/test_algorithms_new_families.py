@@ -119,6 +119,58 @@ def test_bypass_reinforce_weighs_by_the_truncated_ratio_to_the_rollout() -> None
         A.policy_loss_entry("bypass").fn(loss_inputs([[-1.0]], [[-1.0]], [[1.0]]))
 
 
+@pytest.mark.parametrize("loss_type, aggregation, expected", [
+    # log p -1 against vLLM's [-1.5, -0.2, -1.0]: ratios e^0.5 (kept), e^-0.8 = 0.449 (outside [0.5, 2]: rejected), 1 (kept).
+    ("reinforce", "token_mean", 2 / 3),            # -A log p = 1 on the two kept tokens, over all three tokens
+    ("reinforce", "seq_mean_token_mean", 1.0),     # the response's mean over its kept tokens
+    ("ppo_clip", "token_mean", (-1.2 - 1.0) / 3),  # -min(r A, clip(r) A): e^0.5 clipped to 1.2, then 1
+])
+def test_bypass_token_rejection_drops_a_token_from_the_numerator_only(loss_type, aggregation, expected) -> None:
+    x = loss_inputs([[-1.0, -1.0, -1.0]], [[-9.0] * 3], [[1.0] * 3], rollout_logprobs=t([[-1.5, -0.2, -1.0]]))
+    loss, stats = A.policy_loss_entry("bypass").fn(x, loss_type=loss_type, rollout_is="none", rollout_rs="token_k1",
+                                                   rs_threshold=2.0, aggregation=aggregation)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
+    assert float(stats["rs_kept_fraction"]) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("mode, threshold", [
+    # Row 0: log-ratios [0.5, -0.5]; row 1: [2, 0].
+    ("seq_mean_k3", 1.0),  # k3 means: (0.1487 + 0.1065) / 2 = 0.128 kept; (e^2 - 3 + 0) / 2 = 2.19 rejected
+    ("seq_max_k2", 1.0),   # k2 maxima: 0.125 kept; 2.0 rejected
+    ("seq_sum_k1", 2.0),   # k1 = -l summed: 0 kept; -2, past log 2 = 0.69, rejected
+])
+def test_bypass_sequence_rejection_drops_whole_responses(mode, threshold) -> None:
+    x = loss_inputs([[-1.0, -1.0], [-1.0, -1.0]], [[-9.0] * 2] * 2, [[1.0] * 2] * 2, rollout_logprobs=t([[-1.5, -0.5], [-3.0, -1.0]]))
+    loss, stats = A.policy_loss_entry("bypass").fn(x, loss_type="reinforce", rollout_is="none", rollout_rs=mode,
+                                                   rs_threshold=threshold, aggregation="seq_mean_token_mean")
+    # Row 0's mean of -A log p is 1, row 1 adds nothing, and both rows count: 1 / 2.
+    assert float(loss.detach()) == pytest.approx(0.5, rel=1e-5) and float(stats["rs_kept_fraction"]) == 0.5
+
+
+@pytest.mark.parametrize("level, logp, rollout", [
+    # token: ratios e^0.5 and e^-0.5; sequence: e^(0.2 + 0.2) and e^(-0.3 - 0.3), one per response. Either way
+    # the two weights stand in the ratio e : 1, and normalised to mean 1 they are 2 / (1 + e^-1) and 2 / (1 + e).
+    ("token", [[-1.0, -1.0]], [[-1.5, -0.5]]),
+    ("sequence", [[-1.0, -1.0], [-1.0, -1.0]], [[-1.2, -1.2], [-0.7, -0.7]]),
+])
+def test_bypass_batch_normalisation_gives_the_weights_mean_one(level, logp, rollout) -> None:
+    adv = [[1.0, 0.0]] if level == "token" else [[1.0, 1.0], [0.0, 0.0]]
+    x = loss_inputs(logp, [[-9.0] * 2] * len(logp), adv, rollout_logprobs=t(rollout))
+    fn = A.policy_loss_entry("bypass").fn
+    loss, stats = fn(x, loss_type="reinforce", rollout_is=level, is_batch_normalize=True)
+    # Only the first weight meets an advantage: token_mean of -A log p w = w_0 · (its tokens) / (all tokens).
+    assert float(loss.detach()) == pytest.approx(1 / (1 + math.exp(-1)), rel=1e-5)
+    assert float(stats["is_weight_mean"]) == pytest.approx(1.0, rel=1e-5)
+    plain, _ = fn(x, loss_type="reinforce", rollout_is=level)
+    assert float(plain.detach()) == pytest.approx(math.exp(0.5 if level == "token" else 0.4) / 2, rel=1e-5)
+
+
+def test_bypass_k1_rejection_needs_a_window_around_one() -> None:
+    x = loss_inputs([[-1.0]], [[-1.0]], [[1.0]], rollout_logprobs=t([[-1.0]]))
+    with pytest.raises(ValueError, match=r"rsThreshold must be above 1 for rolloutRs token_k1"):
+        A.policy_loss_entry("bypass").fn(x, rollout_rs="token_k1", rs_threshold=0.5)
+
+
 def test_cispo_lower_bound_holds_the_weight_up() -> None:
     # ratio e^-1 = 0.3679 < 1 - 0.5: the weight is 0.5; without a lower bound it stays 0.3679.
     x = loss_inputs([[-2.0]], [[-1.0]], [[1.0]])

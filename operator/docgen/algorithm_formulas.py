@@ -90,7 +90,12 @@ LOSS_FORMULAS = {
     "bypass": ("vLLM's log-probs stand for the old policy's: r_t = exp(log π_θ(t) - log π_rollout(t))\n"
                "lossType ppoClip:   L_t as ppo_clip with r_t (no further weight)\n"
                "lossType reinforce: L_t = -A_t · w_t · log π_θ(t),  w_t = sg(min(ρ, isThreshold)),\n"
-               "                    ρ = r_t (rolloutIs: token), exp(Σ_t log r_t) of the response (sequence), 1 (none)",
+               "                    ρ = r_t (rolloutIs: token), exp(Σ_t log r_t) of the response (sequence), 1 (none);\n"
+               "                    isBatchNormalize: w / mean(w) over the micro-batch's tokens (token) or responses (sequence)\n"
+               "rolloutRs (both):   l_t = clamp(log r_t, ±20); k1 = -l_t, k2 = l_t²/2, k3 = exp(l_t) - 1 - l_t;\n"
+               "                    token_kN judges each token, seq_sum_kN / seq_mean_kN / seq_max_kN a response's sum / mean / max;\n"
+               "                    kept: |k1| ≤ log rsThreshold, k2 or k3 ≤ rsThreshold; a rejected token leaves the numerator,\n"
+               "                    not the token and response counts",
                "verl's rollout correction, bypass mode (Yao et al., 2025, truncated importance sampling)"),
     "dpo": ("s(y) = Σ_t log π(y_t): rows come in pairs, chosen y_w then rejected y_l\n"
             "m = β·[(s_θ(y_w) - s_ref(y_w)) - (s_θ(y_l) - s_ref(y_l))]\n"
@@ -134,5 +139,7 @@ VERL_DIFFERENCES = [
     ("kl_cov", "The default fraction is 2e-3 (the paper's runs); verl's default is 2e-4."),
     ("gdpo", "The reward sources are the job's (each rule, the python file, the model), weighted by their weights in "
      "`reward`; verl names them in gdpo_reward_keys, weighted 1 unless gdpo_reward_weights says otherwise."),
-    ("bypass", "verl's optional rejection sampling of whole responses and its weight normalisation are not implemented."),
+    ("bypass", "One rolloutRs mode per job (verl ANDs a comma-separated list); a k1 mode keeps the ratio within "
+     "[1/rsThreshold, rsThreshold] (verl's asymmetric \"L_U\" form and its IcePop weights are not offered); "
+     "isBatchNormalize takes the mean over the rank's micro-batch, where verl all-reduces it over every rank."),
 ]

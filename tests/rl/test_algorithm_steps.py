@@ -39,7 +39,8 @@ ALGORITHMS = [
     {"name": "grpo", "klEstimator": "abs+", "klInReward": True, "advantage": {"name": "tir_optimal_token_baseline"},
      "policyLoss": {"name": "dppo_kl"}},
     {"name": "grpo", "klEstimator": "k1+", "lossAggregation": "token_sum",
-     "policyLoss": {"name": "bypass", "options": {"lossType": "reinforce", "rolloutIs": "sequence", "aggregation": "token_sum"}}},
+     "policyLoss": {"name": "bypass", "options": {"lossType": "reinforce", "rolloutIs": "token", "aggregation": "token_sum",
+                                                   "isBatchNormalize": True, "rolloutRs": "token_k3", "rsThreshold": 0.5}}},
     {"name": "reinforce_pp", "reinforcePp": {"gamma": 0.9}, "lossAggregation": "seq_mean_token_sum_norm", "lossScaleFactor": 4,
      "policyLoss": {"name": "cispo", "options": {"clipLow": 0.5, "aggregation": "seq_mean_token_sum_norm"}}},
     # A preset and a loss from plug-in files (examples/plugins/; the estimator's whole job: tests/rl/test_runs.py).
@@ -84,5 +85,8 @@ def test_every_preset_and_registered_entry_takes_a_real_step_dp2(make_job, tmp_p
     for s in steps:
         if not s["algorithm"].get("klInReward"):
             assert math.isfinite(s["kl_loss"]), s["algorithm"]
+    # The bypass step judged its tokens (rejection sampling) and normalised its weights to mean 1.
+    bypass = next(s for s in steps if s["algorithm"].get("policyLoss", {}).get("name") == "bypass")
+    assert 0.0 <= bypass["rs_kept_fraction"] <= 1.0 and bypass["is_weight_mean"] == pytest.approx(1.0, abs=1e-3), bypass
     # The optimal token baselines ran their extra forward (the old policy's squared probabilities).
     assert steps[11]["phase_seconds"]["token_stats"] > 0 and steps[12]["phase_seconds"]["token_stats"] > 0
