@@ -2,7 +2,7 @@
 of its message, then each skipped test with its reason. .ci/run prints it before the whole test
 output, so that the first lines of a CI log say what failed; and with --counts after it, as the
 closing lines (each failed test and its message's first line, then the counts), so that its last
-lines say so too."""
+lines say so too. The digest ends with the test modules that took longest: where CI's time goes."""
 
 from __future__ import annotations
 
@@ -10,12 +10,22 @@ import sys
 import xml.etree.ElementTree as ET
 
 SHOWN = 20
+SLOWEST = 10
 MESSAGE_LINES = 4
 
 
 def _lines(message: str) -> list[str]:
     """A failure message's lines that say something."""
     return [line for line in message.strip().splitlines() if line.strip()]
+
+
+def _module(classname: str) -> str:
+    """The test module of a JUnit classname (`tests.node.test_rljob` or `tests.x.test_y.TestClass`)."""
+    parts = classname.split(".")
+    for index, part in enumerate(parts):
+        if part.startswith("test_"):
+            return ".".join(parts[: index + 1])
+    return classname
 
 
 def main(report: str, counts_only: bool = False) -> int:
@@ -25,8 +35,11 @@ def main(report: str, counts_only: bool = False) -> int:
         print(f"[ci] no test report: {exc}")
         return 0
     failed, skipped, total = [], [], 0
+    seconds: dict[str, float] = {}
     for case in root.iter("testcase"):
         total += 1
+        module = _module(case.get("classname", ""))
+        seconds[module] = seconds.get(module, 0.0) + float(case.get("time") or 0.0)
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         for kind in ("failure", "error"):
             if (found := case.find(kind)) is not None:
@@ -50,6 +63,9 @@ def main(report: str, counts_only: bool = False) -> int:
         print(f"[ci] ... and {len(failed) - SHOWN} more failed (the whole output follows)")
     for name, reason in skipped:
         print(f"[ci] SKIPPED {name}: {reason[:300]}")
+    print(f"[ci] the tests took {sum(seconds.values()):.0f} s; the slowest modules:")
+    for module, spent in sorted(seconds.items(), key=lambda item: -item[1])[:SLOWEST]:
+        print(f"[ci]   {spent:7.0f} s  {module}")
     return 0
 
 
