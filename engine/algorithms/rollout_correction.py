@@ -62,14 +62,12 @@ def batch_normalized(weights: torch.Tensor, mask: torch.Tensor, level: str) -> t
     return weights / mean if float(mean) > 1e-8 else weights
 
 
-def rejection_mask(inputs: LossInputs, mode: str, threshold: float) -> torch.Tensor:
-    """[B, T] 1 where a token is kept, 0 where rolloutRs rejects it (or it lies outside the mask)."""
-    assert inputs.rollout_logprobs is not None
-    mask = inputs.mask
+def rejection_mask(lr: torch.Tensor, mask: torch.Tensor, mode: str, threshold: float) -> torch.Tensor:
+    """[B, T] 1 where a token is kept, 0 where rolloutRs rejects it (or it lies outside the mask);
+    `lr` is the clamped log-ratio log pi_theta - log pi_rollout, detached."""
     if mode == "none":
-        return mask.clone()
+        return mask
     level, _, stat = mode.rpartition("_")
-    lr = torch.clamp(inputs.logprobs.detach() - inputs.rollout_logprobs, -20.0, 20.0)
     per_token = {"k1": -lr, "k2": 0.5 * lr**2, "k3": torch.exp(lr) - 1.0 - lr}[stat]
     if level == "token":
         value = per_token
@@ -117,7 +115,7 @@ def bypass(inputs: LossInputs, loss_type: Literal["ppo_clip", "reinforce"] = "pp
     if inputs.rollout_logprobs is None:
         raise ValueError("the bypass loss needs the rollout's log-probs (a job that generates)")
     lr = torch.clamp(inputs.logprobs - inputs.rollout_logprobs, -20.0, 20.0)
-    kept = rejection_mask(inputs, rollout_rs, rs_threshold)
+    kept = rejection_mask(lr.detach(), inputs.mask, rollout_rs, rs_threshold)
     stats = {"approx_kl": masked_mean(-lr, inputs.mask).detach(),
              "rs_kept_fraction": (kept.sum() / inputs.mask.sum().clamp(min=1)).detach()}
     if loss_type == "ppo_clip":
