@@ -43,6 +43,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             for problem in exc.problems:
                 print(f"error: {problem}", file=sys.stderr)
             continue
+        except Exception as exc:  # noqa: BLE001 - files come from anyone: a file's failure is a line, never a traceback
+            failed += 1
+            print(f"error: {path}: could not be validated ({type(exc).__name__}: {exc}); "
+                  "please report this file to the kuberl maintainers", file=sys.stderr)
+            continue
         for _, job in documents:
             print(f"ok: {path}: RLJob {job.metadata.name or job.metadata.generate_name} ({job.spec.algorithm.name})")
     if failed:
@@ -91,6 +96,20 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
+def _network_peer(text: str) -> dict:
+    """--metrics-peer: a NetworkPolicy peer as JSON; anything else is refused with what a peer looks like."""
+    try:
+        peer = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({exc}); give a NetworkPolicy peer such as "
+                                         '\'{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}\'')
+    if not isinstance(peer, dict) or not peer or set(peer) - {"namespaceSelector", "podSelector"} \
+            or not all(isinstance(v, dict) for v in peer.values()):
+        raise argparse.ArgumentTypeError(f"{text!r}: a peer is an object with namespaceSelector and/or podSelector, each a "
+                                         "label selector (matchLabels, matchExpressions)")
+    return peer
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from .main import MissingPrerequisite, OperatorOptions, run  # kopf and the client load only for this command
 
@@ -101,7 +120,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
             health_port=args.health_port,
             workers=args.workers,
-            settings=OperatorSettings(default_image=args.default_image, hub_endpoint=args.hub_endpoint),
+            settings=OperatorSettings(default_image=args.default_image, hub_endpoint=args.hub_endpoint,
+                                      network_policy=args.network_policy, metrics_peers=tuple(args.metrics_peer)),
         ))
     except MissingPrerequisite as exc:
         print(f"kuberl operator: {exc}", file=sys.stderr)
@@ -209,6 +229,11 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--workers", type=int, default=4, help="RLJobs reconciled at once (default 4)")
     op.add_argument("--default-image", help="trainer image for RLJobs that name none (without it, such a job is refused)")
     op.add_argument("--hub-endpoint", help="HF_ENDPOINT of the initializers: a Hugging Face hub mirror or proxy (default: the public hub)")
+    op.add_argument("--no-network-policy", dest="network_policy", action="store_false",
+                    help="give jobs no NetworkPolicy (default: one per job, ingress only from its own trainer pods)")
+    op.add_argument("--metrics-peer", type=_network_peer, action="append", default=[], metavar="JSON",
+                    help="a NetworkPolicy peer (JSON with namespaceSelector and/or podSelector) that may reach a job's "
+                         "metrics port: your Prometheus (repeatable)")
     op.set_defaults(func=_cmd_operator)
 
     from .cli_jobs import add_job_commands  # submit, list, status, logs, wait, suspend, resume, delete

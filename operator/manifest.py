@@ -22,7 +22,7 @@ from kuberl.engine.config.base import PATTERN_MEANINGS
 
 from .api import API_VERSION, GROUP, KIND, RLJob
 from .problems import ManifestError, Problem, format_path
-from .yaml_reader import Document, json_problems, read_documents, shape_problems
+from .yaml_reader import Document, json_problems, read_documents, read_manifest_text, shape_problems
 
 __all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljob_documents", "load_rljobs", "manifest_files", "parse_rljob",
            "read_documents", "rljobs_from_text"]
@@ -80,7 +80,7 @@ def load_rljob_documents(path: Path) -> list[tuple[str, RLJob]]:
     """Every RLJob in a file with the source that names its document (file, and its number when there are several)."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_manifest_text(path)
     except IsADirectoryError:
         raise ManifestError([Problem(source, "", "is a directory: name its files, or pass the directory to `kuberl validate`, "
                                      "which reads its .yaml, .yml and .json files")]) from None

@@ -8,16 +8,21 @@ to what survives that step and refuses the rest with file:line:
 - `kind: List` files (what `kubectl get -o yaml` prints) are read item by item;
 - values JSON cannot carry (.inf, .nan, binary, integers beyond int64) are errors naming the field.
 
-Bounds, because `kuberl validate` runs in CI on files from anyone: the file's size (the API
-server's request limit), nesting depth (no RecursionError), and alias expansion (a few kilobytes
-of `&a [*a, *a, ...]` must not expand into gigabytes: kubectl's YAML reader refuses such documents
-too since CVE-2019-11253). Aliases are counted as they are composed, before anything expands them.
+Bounds, because `kuberl validate` runs in CI on files from anyone: regular files only (a FIFO or
+/dev/zero would block or never end), the file's size (the API server's request limit), the number
+of documents, nesting depth (no RecursionError), and alias expansion (a few kilobytes of
+`&a [*a, *a, ...]` must not expand into gigabytes: kubectl's YAML reader refuses such documents too
+since CVE-2019-11253). Aliases are counted as they are composed, before anything expands them, in
+values per document and in values and scalar bytes per file (a long string repeated by aliases is
+small in memory but huge once written as JSON for the API server).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +36,12 @@ MAX_DEPTH = 100
 """Nested mappings and sequences; an RLJob nests about 10 deep, free-form fields a few more."""
 MAX_NODES = 100_000
 """Nodes of one document after alias expansion; an RLJob has a few hundred."""
+MAX_FILE_NODES = 1_000_000
+"""Values of all documents of one file after alias expansion."""
+MAX_EXPANDED_BYTES = 16 * 1024 * 1024
+"""Scalar bytes of one file after alias expansion; without aliases a file expands to at most its size."""
+MAX_DOCUMENTS = 1000
+"""Documents of one file; a manifest holds a few."""
 INT64 = (-(2**63), 2**63 - 1)
 
 _YAML12_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
@@ -70,11 +81,18 @@ class _Loader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
         self._nodes = 0
-        self._sizes: dict[int, int] = {}
+        self._file_nodes = 0
+        self._file_bytes = 0
+        self._documents = 0
+        self._sizes: dict[int, tuple[int, int]] = {}
+        """id of a composed node -> (values, scalar bytes) it expands to."""
 
     # --- composing: depth and alias expansion are counted here, before anything is built ---
 
     def compose_document(self) -> yaml.Node | None:
+        self._documents += 1
+        if self._documents > MAX_DOCUMENTS:
+            raise _LimitError(None, None, f"more than {MAX_DOCUMENTS} documents in one file: split it", self.peek_event().start_mark)
         self._nodes, self._sizes = 0, {}
         return super().compose_document()
 
@@ -85,29 +103,33 @@ class _Loader(yaml.SafeLoader):
             if target is not None:
                 if id(target) not in self._sizes:
                     raise _LimitError(None, None, f"alias *{event.anchor} refers to a node that contains it: JSON cannot hold a cycle", event.start_mark)
-                self._count(self._sizes[id(target)], event)
+                self._count(*self._sizes[id(target)], event)
             return super().compose_node(parent, index)
         collection = isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent))
         if collection:
             self._depth += 1
             if self._depth > MAX_DEPTH:
                 raise _LimitError(None, None, f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
-        before = self._nodes
-        self._count(1, event)
+        before = (self._nodes, self._file_bytes)
+        self._count(1, len(event.value) if isinstance(event, yaml.ScalarEvent) else 0, event)
         node = super().compose_node(parent, index)
         if collection:
             self._depth -= 1
-        self._sizes[id(node)] = self._nodes - before
+        self._sizes[id(node)] = (self._nodes - before[0], self._file_bytes - before[1])
         return node
 
-    def _count(self, nodes: int, event: yaml.Event) -> None:
+    def _count(self, nodes: int, scalar_bytes: int, event: yaml.Event) -> None:
         self._nodes += nodes
+        self._file_nodes += nodes
+        self._file_bytes += scalar_bytes
+        aliases = "aliases repeat what they refer to; kubectl refuses such alias bombs too"
         if self._nodes > MAX_NODES:
-            raise _LimitError(
-                None, None,
-                f"the document expands to more than {MAX_NODES} values (aliases repeat what they refer to); kubectl refuses such alias bombs too",
-                event.start_mark,
-            )
+            raise _LimitError(None, None, f"the document expands to more than {MAX_NODES} values ({aliases})", event.start_mark)
+        if self._file_nodes > MAX_FILE_NODES:
+            raise _LimitError(None, None, f"the file expands to more than {MAX_FILE_NODES} values ({aliases})", event.start_mark)
+        if self._file_bytes > MAX_EXPANDED_BYTES:
+            raise _LimitError(None, None, f"the file expands to more than {MAX_EXPANDED_BYTES // 2**20} MiB of text ({aliases})",
+                              event.start_mark)
 
     # --- constructing ---
 
@@ -144,6 +166,27 @@ _Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _YAML12_FLOAT, list("-+.0123456789"))
+
+
+def read_manifest_text(path: str | os.PathLike[str]) -> str:
+    """The text of a manifest file: a regular file of at most MAX_FILE_BYTES, as UTF-8. Opened without
+    blocking (a FIFO with no writer would wait forever) and read no further than the bound (/dev/zero
+    never ends). OSError and UnicodeDecodeError carry what is wrong; the caller names the file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(f"{path} is a directory")
+        if not stat.S_ISREG(mode):
+            raise ManifestError([Problem(str(path), "", "not a regular file (a device, FIFO or socket): "
+                                         "name a manifest file, or redirect the stream into one")])
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise ManifestError([Problem(str(path), "", f"larger than {MAX_FILE_BYTES // 2**20} MiB, the API server's request limit")])
+    return data.decode("utf-8")
 
 
 def read_documents(text: str, source: str) -> list[Document]:
