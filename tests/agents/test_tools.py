@@ -100,6 +100,12 @@ def server():
     httpd.shutdown()
 
 
+@pytest.fixture
+def loopback_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These servers listen on 127.0.0.1, which HTTP tools refuse unless the allow-list names it."""
+    monkeypatch.setenv("KUBERL_TOOL_ALLOWED_NETWORKS", "127.0.0.0/8")
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -192,7 +198,7 @@ def test_the_python_tool(tmp_path: Path) -> None:
     assert python.call({"nope": 1}).error
 
 
-def test_http_tools(server: str) -> None:
+def test_http_tools(server: str, loopback_allowed: None) -> None:
     spec = lambda path, **kw: ToolSpec(name=path.strip("/") or "root", url=server + path, timeout_seconds=2, **kw)  # noqa: E731
     tools = build_tools([spec("/add"), spec("/string"), spec("/slow"), spec("/text"), spec("/big"), spec("/fail"),
                          ToolSpec(name="refused", url=f"http://127.0.0.1:{closed_port()}/", timeout_seconds=2)])
@@ -208,7 +214,8 @@ def test_http_tools(server: str) -> None:
     assert refused.error and "cannot reach" in refused.text and "refused" in refused.text.lower()
 
 
-def test_a_turn_of_failing_tools_ends_in_error_messages_and_the_rollout_goes_on(tool_tokenizer_for_tools, tool_file: Path) -> None:
+def test_a_turn_of_failing_tools_ends_in_error_messages_and_the_rollout_goes_on(tool_tokenizer_for_tools, tool_file: Path,
+                                                                                 loopback_allowed: None) -> None:
     """A hanging tool, a crashing one, one that returns 10 MB and an HTTP tool that refuses
     connections, all called in one turn: each answer is an error message, the four run at once
     (the turn takes about one timeout), and the policy's next turn is generated."""
