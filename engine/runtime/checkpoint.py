@@ -25,6 +25,10 @@ import torch
 
 from ..config.progress import CheckpointStatus
 from ..config.topology import EngineConfig
+from .checkpoint_safety import CheckpointError, load_part
+
+__all__ = ["CheckpointError", "checkpoint_root", "commit", "complete_steps", "load", "prepare", "rng_state",
+           "set_rng_state", "status", "step_dir", "write_part"]
 
 _STEP = re.compile(r"^step-(\d{8})$")
 
@@ -102,7 +106,7 @@ def load(root: Path, step: int, rank: int, world_size: int) -> dict[str, Any]:
     if meta["world_size"] != world_size:
         raise RuntimeError(f"{folder} was written by {meta['world_size']} ranks; this run has {world_size}: "
                            "resume needs the same layout")
-    return torch.load(folder / f"rank-{rank:05d}.pt", weights_only=False)
+    return load_part(folder / f"rank-{rank:05d}.pt")
 
 
 def rng_state() -> dict[str, Any]:
