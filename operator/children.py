@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .admission import AdmissionPolicy
 from .api import API_VERSION, KIND
 
 LABEL_JOB = "kuberl.dev/job"
@@ -38,6 +39,8 @@ class OperatorSettings:
     hub_endpoint: str | None = None
     """HF_ENDPOINT of every initializer (a hub mirror or an in-cluster proxy), unless the job's
     spec.initializer.env sets its own; None: huggingface_hub's default, the public hub."""
+    admission: AdmissionPolicy = AdmissionPolicy()
+    """What the chart allows an RLJob beyond the admission defaults (its `admission` values)."""
 
 
 def child_name(job_name: str, suffix: str) -> str:

@@ -7,11 +7,15 @@ import json
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .api import API_VERSION
 from .crd import crd_yaml
 from .manifest import ManifestError, load_rljob_documents, manifest_files
 from .children import OperatorSettings
+
+if TYPE_CHECKING:
+    from .admission import AdmissionPolicy
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
@@ -24,7 +28,28 @@ def _cmd_crd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _admission_policy(args: argparse.Namespace) -> "AdmissionPolicy":
+    from .admission import AdmissionPolicy
+
+    return AdmissionPolicy(allowed_volume_sources=tuple(args.allow_volume_source),
+                           allowed_runtime_classes=tuple(args.allow_runtime_class),
+                           allow_control_plane_tolerations=args.allow_control_plane_tolerations)
+
+
+def _add_admission_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    from .admission import DEFAULT_VOLUME_SOURCES, VALUE_CONTROL_PLANE, VALUE_RUNTIME_CLASSES, VALUE_VOLUME_SOURCES, VOLUME_SOURCES
+
+    parser.add_argument("--allow-volume-source", action="append", default=[], choices=VOLUME_SOURCES, metavar="SOURCE",
+                        help=f"{what} this volume source beyond {', '.join(DEFAULT_VOLUME_SOURCES)} (repeatable; the chart's "
+                        f"{VALUE_VOLUME_SOURCES})")
+    parser.add_argument("--allow-runtime-class", action="append", default=[], metavar="NAME",
+                        help=f"{what} this RuntimeClass (repeatable; none by default; the chart's {VALUE_RUNTIME_CLASSES})")
+    parser.add_argument("--allow-control-plane-tolerations", action="store_true",
+                        help=f"{what} tolerations of the control plane's taints (the chart's {VALUE_CONTROL_PLANE})")
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from .admission import cluster_checks
     from .cluster_rules import cluster_problems
 
     files = manifest_files(args.files, recursive=args.recursive)
@@ -35,7 +60,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     for path in files:
         try:
             documents = load_rljob_documents(path)
-            problems = [] if args.local else [p for source, job in documents for p in cluster_problems(job, source)]
+            policy = _admission_policy(args)
+            problems = [] if args.local else [p for source, job in documents for p in cluster_problems(job, source, policy=policy)]
             if problems:
                 raise ManifestError(problems)
         except ManifestError as exc:
@@ -50,6 +76,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             continue
         for _, job in documents:
             print(f"ok: {path}: RLJob {job.metadata.name or job.metadata.generate_name} ({job.spec.algorithm.name})")
+            if not args.local:
+                for check in cluster_checks(job.spec):
+                    print(f"  needs the cluster: the chart's admission policy checks {check}")
     if failed:
         print(f"{failed} of {len(files)} file(s) invalid", file=sys.stderr)
     return 1 if failed else 0
@@ -175,13 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         help="check RLJob manifests against the API's schema and rules",
         description="Check RLJob manifests as the API server and the operator will: the schema, the rules across "
-        "fields, and that every file the engine opens lies on a volume the pods mount. Documents of other kinds in "
-        "the same files are skipped. Exit status 1 when any file has an error.",
+        "fields, that every file the engine opens lies on a volume the pods mount, and the chart's admission defaults "
+        "(volume sources, RuntimeClasses, unconfined profiles, control-plane tolerations; the --allow-* flags mirror the "
+        "chart's admission values). What needs the cluster (that you may get each Secret the job names, and create pods "
+        "when it names a ServiceAccount) is checked by the chart's admission policy when you apply it; validate lists "
+        "those checks under each valid job. Documents of other kinds in the same files are skipped. Exit status 1 when "
+        "any file has an error.",
     )
     validate.add_argument("files", nargs="+", metavar="FILE", help="a manifest, or a directory of them (.yaml, .yml, .json)")
     validate.add_argument("-R", "--recursive", action="store_true", help="read directories' subdirectories too")
     validate.add_argument("--local", action="store_true",
                           help="check for `kuberl run` on this machine: local paths are read where they are, no volumes needed")
+    _add_admission_flags(validate, "accept")
     validate.set_defaults(func=_cmd_validate)
 
     run = sub.add_parser(
@@ -234,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--metrics-peer", type=_network_peer, action="append", default=[], metavar="JSON",
                     help="a NetworkPolicy peer (JSON with namespaceSelector and/or podSelector) that may reach a job's "
                          "metrics port: your Prometheus (repeatable)")
+    _add_admission_flags(op, "allow RLJobs")
     op.set_defaults(func=_cmd_operator)
 
     from .cli_jobs import add_job_commands  # submit, list, status, logs, wait, suspend, resume, delete

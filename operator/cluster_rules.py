@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .admission import AdmissionPolicy, admission_problems
 from .api import RLJob, RLJobSpec
 from .api.pods import under
 from .problems import Problem
@@ -88,11 +89,13 @@ def _fix(spec: RLJobSpec, role: str, path: str) -> str:
             f"spec.roles.{role}.volumeMounts (e.g. mountPath: {example})")
 
 
-def cluster_problems(job: RLJob, source: str, default_image: str | None = "") -> list[Problem]:
+def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
+                     policy: AdmissionPolicy = AdmissionPolicy()) -> list[Problem]:
     """What keeps `job` from running on a cluster although its manifest is valid. `default_image`: the
-    operator's trainer image ("" when unknown, as in `kuberl validate`; None: the operator has none)."""
+    operator's trainer image ("" when unknown, as in `kuberl validate`; None: the operator has none);
+    `policy`: what the chart allows beyond the admission defaults."""
     spec = job.spec
-    problems: list[Problem] = []
+    problems: list[Problem] = admission_problems(job, source, policy)
     if spec.image is None and default_image is None:
         problems.append(Problem(source, "spec.image", "no trainer image: set spec.image, or install the operator with "
                                 "the chart's trainerImage (where you pushed the image `make images` builds)"))

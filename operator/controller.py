@@ -133,8 +133,9 @@ class Reconciler:
             return None
         try:
             job = parse_rljob(raw, f"{namespace}/{name}")
-            # What the API server cannot check: every path the engine opens lies on a volume of its pods.
-            problems = cluster_problems(job, f"{namespace}/{name}", self.settings.default_image)
+            # What the API server's schema cannot check: every path the engine opens lies on a volume of its pods,
+            # and the chart's allow-lists (its admission policy checks them too, where it is installed).
+            problems = cluster_problems(job, f"{namespace}/{name}", self.settings.default_image, self.settings.admission)
             if problems:
                 raise ManifestError(problems)
         except ManifestError as exc:

@@ -19,9 +19,14 @@ EXAMPLES = rljob_files(Path(__file__).parent.parent / "examples")
 
 
 def load_for_target(path: Path, cluster: bool) -> list:
-    """The RLJobs of a file checked as `kuberl validate` checks them (`--local` when not `cluster`)."""
+    """The RLJobs of a file checked as `kuberl validate` checks them (`--local` when not `cluster`), with the
+    flags of its `# validate-args:` line (the chart's admission allow-lists, as `kuberl validate --allow-*`)."""
+    from kuberl.operator.cli import _admission_policy, build_parser
+
+    found = re.search(r"^# validate-args: (.*)$", path.read_text(), flags=re.M)
+    policy = _admission_policy(build_parser().parse_args(["validate", *(found.group(1).split() if found else []), str(path)]))
     documents = load_rljob_documents(path)
-    problems = [p for source, job in documents for p in cluster_problems(job, source)] if cluster else []
+    problems = [p for source, job in documents for p in cluster_problems(job, source, policy=policy)] if cluster else []
     if problems:
         raise ManifestError(problems)
     return [job for _, job in documents]

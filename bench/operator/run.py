@@ -82,7 +82,7 @@ def rljob(name: str) -> dict[str, Any]:
         "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
         "spec": {
             "model": {"path": "/data/m"}, "data": {"train": {"path": "/data/d.jsonl"}},
-            "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data", "type": "DirectoryOrCreate"}}],
+            "volumes": [{"name": "data", "emptyDir": {}}],
             "algorithm": {"name": "grpo"}, "rollout": {"samplesPerPrompt": 4},
             "reward": {"rules": [{"name": "math_answer"}]},
             "roles": {"actor": {"replicas": PODS_PER_JOB, "resources": {"requests": dict(REQUESTS)},

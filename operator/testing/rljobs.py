@@ -43,7 +43,7 @@ def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
     spec = {
         "model": {"path": "/data/models/m"},
         "data": {"train": {"path": "/data/train.jsonl"}},
-        "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data", "type": "DirectoryOrCreate"}}],
+        "volumes": [{"name": "data", "emptyDir": {}}],
         "algorithm": {"name": "grpo"},
         "rollout": {"samplesPerPrompt": 4},
         "reward": {"rules": [{"name": "math_answer"}]},

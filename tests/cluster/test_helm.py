@@ -131,7 +131,7 @@ def test_helm_install_runs_the_operator_with_the_charts_rbac(control_plane, rljo
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="chart-jobs")))
         job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "after-install"},
                "spec": {"model": {"path": "/data/models/m"}, "data": {"train": {"path": "/data/train.jsonl"}},
-                        "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data"}}],
+                        "volumes": [{"name": "data", "emptyDir": {}}],
                         "algorithm": {"name": "grpo"}, "rollout": {"samplesPerPrompt": 4},
                         "reward": {"rules": [{"name": "math_answer"}]},
                         "roles": {"actor": {"replicas": 1, "nodeSelector": {"kuberl.dev/pool": "cpu"},

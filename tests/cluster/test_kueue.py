@@ -52,7 +52,7 @@ def gpu_job(name: str, *, actor_pods: int = 2, critic_pods: int = 0, priority: s
     spec: dict[str, Any] = {
         "model": {"path": "/data/models/m"},
         "data": {"train": {"path": "/data/train.jsonl"}},
-        "volumes": [{"name": "data", "hostPath": {"path": "/srv/rl-data", "type": "DirectoryOrCreate"}}],
+        "volumes": [{"name": "data", "emptyDir": {}}],
         "algorithm": {"name": "ppo" if ppo else "grpo"},
         "rollout": {"samplesPerPrompt": 4},
         "reward": {"rules": [{"name": "math_answer"}]},

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from .test_rljob import JobVolume
+
 pytestmark = pytest.mark.slow
 
 VENV_BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent.parent
-TRAINER_UID = 10001
 STEPS = 3
 
 
-def tiny_job(name: str, image: str, host: Path) -> dict:
+def tiny_job(name: str, image: str, claim: str) -> dict:
     return {
         "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
         "spec": {
@@ -34,7 +35,7 @@ def tiny_job(name: str, image: str, host: Path) -> dict:
             "algorithm": {"name": "grpo"},
             "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
             "reward": {"rules": [{"name": "math_answer"}]},
-            "volumes": [{"name": "data", "hostPath": {"path": str(host), "type": "Directory"}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
             "roles": {"actor": {"replicas": 2, "layout": {"dp": 2}, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
             "trainer": {"totalSteps": STEPS, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3,
                         "checkpoint": {"path": "/data/checkpoints", "interval": STEPS}},
@@ -50,16 +51,13 @@ def kuberl(node, *args: str, timeout: float = 120) -> subprocess.CompletedProces
 
 def test_logs_follow_a_real_pod_and_pick_ranks_and_roles(real_node, operator_release, built_images, tmp_path) -> None:
     from kuberl.client import RLJobClient
-    from kuberl.engine.models.tiny import make_tiny_model
 
     node, ns, name = real_node, f"logs-{uuid.uuid4().hex[:6]}", "chatty"
     node.plane.kubectl("create", "namespace", ns)
-    host = node.workdir / "job-commands" / ns
-    make_tiny_model(host / "model", seed=0)
-    for path in [host, *host.rglob("*")]:
-        os.chown(path, TRAINER_UID, TRAINER_UID)  # the pods run as this user; hostPath keeps owners
+    # The tiny model on a claim bound to a hostPath volume an admin made (a job's own hostPath is refused).
+    volume = JobVolume(node, ns, node.workdir / "job-commands")
     manifest = tmp_path / "job.json"
-    manifest.write_text(json.dumps(tiny_job(name, built_images["TRAINER_IMAGE"], host)))
+    manifest.write_text(json.dumps(tiny_job(name, built_images["TRAINER_IMAGE"], volume.claim)))
 
     submitted = kuberl(node, "submit", str(manifest), "-n", ns)
     assert (submitted.returncode, submitted.stdout) == (0, f"{name}\n"), submitted.stderr
