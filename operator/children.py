@@ -41,6 +41,11 @@ class OperatorSettings:
     spec.initializer.env sets its own; None: huggingface_hub's default, the public hub."""
     admission: AdmissionPolicy = AdmissionPolicy()
     """What the chart allows an RLJob beyond the admission defaults (its `admission` values)."""
+    network_policy: bool = True
+    """Give every job a NetworkPolicy (network_policy.py): only its own trainer pods reach its pods."""
+    metrics_peers: tuple[dict[str, Any], ...] = ()
+    """NetworkPolicy peers (namespaceSelector and/or podSelector) that may reach a job's metrics port: the
+    chart's Prometheus. Empty: no one from outside the job."""
 
 
 def child_name(job_name: str, suffix: str) -> str:

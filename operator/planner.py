@@ -9,6 +9,8 @@ For a job named J in namespace N the operator keeps:
   progress there and the operator copies it into the RLJob's status. No pod can touch the RLJob.
 - PersistentVolumeClaim J-cache when spec.cache asks for a size, and Job J-initializer when the job
   names a hub repository: it fills the cache once, before the first trainer pod (initializer_job.py).
+- NetworkPolicy J (unless the chart turns it off): only the job's own trainer pods reach its pods, and
+  the chart's Prometheus its metrics port (network_policy.py).
 - JobSet J: one replicated job per role with pods of its own, each an indexed Job (jobset.py,
   pod_spec.py); Kueue admits it whole when the job names a LocalQueue.
 Every object carries the label kuberl.dev/job (pods also kuberl.dev/role) and an owner reference to
@@ -27,13 +29,15 @@ from .api import MASTER_PORT, InitializationStatus, RLJob
 from .children import CONFIG_FILE, LABEL_JOB, OperatorSettings, Owner, child_name
 from .initializer_job import initializer_job, needs_initializer
 from .jobset import jobset
+from .network_policy import network_policy
 
 @dataclass(frozen=True)
 class Plan:
     """The desired children of one RLJob."""
 
     support: list[dict[str, Any]]
-    """Service, ConfigMaps, ServiceAccount, Role, RoleBinding, and the cache's claim if the job asks for one."""
+    """Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim if the job asks for one, and
+    the NetworkPolicy unless the operator was installed without."""
     jobset: dict[str, Any]
     """Every pod of every role: one replicated job per role with pods of its own."""
     initializer: dict[str, Any] | None = None
@@ -151,6 +155,10 @@ def plan(job: RLJob, uid: str, settings: OperatorSettings = OperatorSettings(),
             claim_spec["storageClassName"] = cache.storage_class_name
         support.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(child_name(name, "cache")),
                         "spec": claim_spec})
+
+    if settings.network_policy:
+        own_pods = [role for role, topo in config.roles.items() if topo.colocated_with is None]
+        support.append(network_policy(owner, own_pods, config.metrics_port, settings.metrics_peers))
 
     initializer = initializer_job(job, settings, owner) if needs_initializer(job) else None
     children = jobset(job, config, settings, owner, restarts_before=restarts_before, preemptions_before=preemptions_before)

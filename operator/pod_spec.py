@@ -148,6 +148,10 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         "shareProcessNamespace": True,
         "subdomain": name,
         "serviceAccountName": spec.service_account_name or child_name(name, "trainer"),
+        # The token is what writes the progress ConfigMap, and only the controller rank (the actor's first pod)
+        # writes it: no other role's pods get one. The actor's other pods share their indexed Job's one
+        # template, so where the actor has several pods they carry it too (its rights: that one ConfigMap).
+        "automountServiceAccountToken": role == "actor",
         "securityContext": POD_SECURITY,
         "containers": [container],
         "volumes": volumes,

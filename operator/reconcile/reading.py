@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
-from kuberl.engine.config import ProgressReport
-
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
 from ..api.status import progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
+from .progress_bounds import read_report
 
 
 def name(obj: dict[str, Any]) -> str:
@@ -136,12 +133,9 @@ def admitted(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def apply_progress(status: RLJobStatus, raw: str | None) -> None:
-    if not raw:
-        return
-    try:
-        report = ProgressReport.model_validate_json(raw)
-    except ValidationError:
-        return  # a half-written or foreign report: keep the last good numbers
+    report = read_report(raw)
+    if report is None:
+        return  # none yet, half written, foreign or out of bounds: keep the last good numbers
     status.step = report.step
     status.total_steps = report.total_steps if report.total_steps is not None else status.total_steps
     status.progress = progress_percent(status.step, status.total_steps)

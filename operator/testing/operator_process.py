@@ -19,8 +19,9 @@ TEST_TRAINER_IMAGE = "registry.invalid/kuberl-trainer:test"
 class OperatorProcess:
     """`kuberl operator` as a subprocess, authenticated by the kubeconfig it is given (a ServiceAccount token in the tests)."""
 
-    def __init__(self, kubeconfig: Path, log: Path):
-        self.kubeconfig, self.log = kubeconfig, log
+    def __init__(self, kubeconfig: Path, log: Path, args: tuple[str, ...] = ()):
+        """`args`: more of `kuberl operator`'s options (--namespace, ...)."""
+        self.kubeconfig, self.log, self.args = kubeconfig, log, args
         self.metrics_port, self.health_port = free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -30,7 +31,7 @@ class OperatorProcess:
             [str(kuberl), "operator", "--kubeconfig", str(self.kubeconfig),
              "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
              # kwok runs no container: any name does, as the chart's trainerImage does on a real cluster.
-             "--default-image", TEST_TRAINER_IMAGE],
+             "--default-image", TEST_TRAINER_IMAGE, *self.args],
             stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
         )
         eventually(self.healthy, 30, "the operator's health endpoint")

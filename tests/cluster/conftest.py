@@ -13,6 +13,12 @@ from kuberl.operator.testing.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent.parent
 RULES = REPO / "helm" / "kuberl" / "files" / "operator-rules.yaml"
+CLUSTER_RULES = REPO / "helm" / "kuberl" / "files" / "operator-cluster-rules.yaml"
+
+
+def cluster_wide_rules() -> list[dict]:
+    """The chart's ClusterRole without watchNamespaces: the namespaced rules and the cluster-wide ones."""
+    return yaml.safe_load(RULES.read_text()) + yaml.safe_load(CLUSTER_RULES.read_text())
 
 
 def _ensure(create) -> None:
@@ -33,7 +39,7 @@ def operator(control_plane, rljob_crd, tmp_path_factory):
     _ensure(lambda: core.create_namespaced_service_account(
         "kuberl-system", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="kuberl-operator"))))
     _ensure(lambda: rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                                              "metadata": {"name": "kuberl-operator"}, "rules": yaml.safe_load(RULES.read_text())}))
+                                              "metadata": {"name": "kuberl-operator"}, "rules": cluster_wide_rules()}))
     _ensure(lambda: rbac.create_cluster_role_binding({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kuberl-operator"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl-operator"},

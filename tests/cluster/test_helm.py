@@ -62,9 +62,49 @@ def test_chart_ships_the_generated_crd() -> None:
     assert (CHART / "crds" / "kuberl.dev_rljobs.yaml").read_text() == (REPO / "crds" / "kuberl.dev_rljobs.yaml").read_text()
 
 
+RULES = yaml.safe_load((CHART / "files" / "operator-rules.yaml").read_text())
+CLUSTER_RULES = yaml.safe_load((CHART / "files" / "operator-cluster-rules.yaml").read_text())
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "bind", "escalate", "impersonate", "*"}
+
+
 def test_chart_rbac_is_the_tested_rules_file(helm) -> None:
     [role] = [d for d in render(helm) if d["kind"] == "ClusterRole"]
-    assert role["rules"] == yaml.safe_load((CHART / "files" / "operator-rules.yaml").read_text())
+    assert role["rules"] == RULES + CLUSTER_RULES
+
+
+def test_a_namespaced_install_binds_no_cluster_role_that_can_write(helm) -> None:
+    docs = render(helm, "--set", "watchNamespaces[0]=team-a,watchNamespaces[1]=team-b")
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    bindings = [d for d in docs if d["kind"] == "ClusterRoleBinding"]
+    assert bindings, "kopf still needs its cluster-wide reads"
+    for binding in bindings:
+        rules = roles[binding["roleRef"]["name"]]["rules"]
+        writes = {(tuple(r["resources"]), v) for r in rules for v in r["verbs"] if v in WRITE_VERBS}
+        assert not writes, f"ClusterRoleBinding {binding['metadata']['name']} grants {writes} cluster-wide"
+    # Every write right is a Role in a watched namespace, bound there, and nowhere else.
+    namespaced = {(d["kind"], d["metadata"]["namespace"]): d for d in docs if d["kind"] in ("Role", "RoleBinding")}
+    assert set(namespaced) == {(k, ns) for k in ("Role", "RoleBinding") for ns in ("team-a", "team-b")}
+    for ns in ("team-a", "team-b"):
+        assert namespaced[("Role", ns)]["rules"] == RULES
+        binding = namespaced[("RoleBinding", ns)]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": namespaced[("Role", ns)]["metadata"]["name"]}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kuberl", "namespace": "kuberl-chart"}]
+    # Without watchNamespaces, today's single ClusterRole: the operator must reach every namespace.
+    assert not [d for d in render(helm) if d["kind"] in ("Role", "RoleBinding")]
+
+
+def test_the_network_policy_value_reaches_the_operator(helm) -> None:
+    def args(*options: str) -> list[str]:
+        [deployment] = [d for d in render(helm, *options) if d["kind"] == "Deployment"]
+        return deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    default = args()
+    assert "--no-network-policy" not in default
+    [peer] = [a for a in default if a.startswith("--metrics-peer=")]
+    assert json.loads(peer.split("=", 1)[1]) == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    assert "--no-network-policy" in args("--set", "networkPolicy.enabled=false")
+    assert not [a for a in args("--set", "networkPolicy.metricsFrom=null") if a.startswith("--metrics-peer")]
 
 
 def test_values_schema_refuses_a_second_replica(helm) -> None:
@@ -100,7 +140,8 @@ def test_every_rendered_object_passes_a_server_side_dry_run_with_stand_in_monito
     control_plane.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(json.dumps(c) for c in MONITORING_STAND_INS))
     for crd in MONITORING_STAND_INS:
         control_plane.kubectl("wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}", "--timeout=60s")
-    control_plane.kubectl("create", "namespace", "kuberl-chart", check=False)
+    for namespace in ("kuberl-chart", "team-a", "team-b"):  # the release's, and the watched ones (their Roles)
+        control_plane.kubectl("create", "namespace", namespace, check=False)
     for options in ([], EVERY_OPTION):
         docs = render(helm, *options)
         kinds = {d["kind"] for d in docs}
