@@ -249,7 +249,8 @@ def _secret_names_cel() -> str:
 
 
 def _roles_cel() -> str:
-    return " + ".join(f"(has({_SPEC}.roles.{r}) ? [{{'name': '{r}', 'pods': {_SPEC}.roles.{r}}}] : [])" for r in _ROLES)
+    # dyn(): the API server's CEL wants a map literal's values of one type.
+    return " + ".join(f"(has({_SPEC}.roles.{r}) ? [{{'name': dyn('{r}'), 'pods': {_SPEC}.roles.{r}}}] : [])" for r in _ROLES)
 
 
 def _changed_cel() -> str:
