@@ -18,26 +18,6 @@ from pydantic_core import PydanticCustomError
 
 RULE_ERROR_TYPE = "kuberl_rule"
 
-_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
-_LOCAL_ONLY = "the engine reads local paths only: mount the files into the pod (a PersistentVolumeClaim or an image) and give their path; URLs such as s3://, gs:// or https:// are not read"
-
-
-def _local_path(value: str) -> str:
-    if re.match(_URL, value):
-        raise ValueError(f"{value!r}: {_LOCAL_ONLY}")
-    return value
-
-
-LocalPath = Annotated[
-    str,
-    AfterValidator(_local_path),
-    Field(min_length=1, max_length=4096, json_schema_extra={
-        "x-kubernetes-validations": [{"rule": f"!self.matches('{_URL}')", "message": _LOCAL_ONLY}],
-    }),
-]
-"""A file or folder path the engine opens; a URL is refused, here and by the API server."""
-
-
 PATTERN_MEANINGS: dict[str, str] = {}
 """What each field pattern means in words, for error messages: a registry, filled as the models are defined."""
 
@@ -47,6 +27,36 @@ def pattern(regex: str, meaning: str) -> str:
     words rather than shown as a regular expression (by whoever reports a validation error)."""
     PATTERN_MEANINGS[regex] = meaning
     return regex
+
+
+_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+_LOCAL_ONLY = "the engine reads local paths only: mount the files into the pod (a PersistentVolumeClaim or an image) and give their path; URLs such as s3://, gs:// or https:// are not read"
+
+
+_NO_CLIMBING = ("must not contain .. segments (a path is checked against the volumes that hold it, and .. would "
+                "climb out of them): write the path without ..")
+_DOT_DOT = "(^|/)[.][.](/|$)"
+_NO_NUL = pattern(r"^[^\x00]*$", "a path without a NUL character")
+
+
+def _local_path(value: str) -> str:
+    if re.match(_URL, value):
+        raise ValueError(f"{value!r}: {_LOCAL_ONLY}")
+    if re.search(_DOT_DOT, value):
+        raise ValueError(f"{value!r}: {_NO_CLIMBING}")
+    return value
+
+
+LocalPath = Annotated[
+    str,
+    # Field before the validator: pydantic leaves a pattern checked after a function out of the JSON schema (and so the CRD).
+    Field(min_length=1, max_length=4096, pattern=_NO_NUL, json_schema_extra={
+        "x-kubernetes-validations": [{"rule": f"!self.matches('{_URL}')", "message": _LOCAL_ONLY},
+                                     {"rule": f"!self.matches('{_DOT_DOT}')", "message": _NO_CLIMBING}],
+    }),
+    AfterValidator(_local_path),
+]
+"""A file or folder path the engine opens; a URL, a .. segment and a NUL are refused, here and by the API server."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,39 @@ HubId = Annotated[str, AfterValidator(_hub_id), Field(min_length=1, max_length=1
     "x-kubernetes-validations": [{"rule": _HUB_ID_CEL, "message": "a hub repository id cannot contain -- or .. or end with .git"}]})]
 
 
+# A revision is a branch, tag or commit; the hub client puts it into URLs and cache folders, so it
+# follows git's ref grammar (git check-ref-format, one level allowed): these characters only, and the
+# structural rules below. A 40-hex commit id passes both.
+_REVISION_CHARS = pattern(r"^[^\x00-\x20\x7f~^:?*\[\\]+$",
+                          "a git branch, tag or commit: no spaces, control characters or any of ~ ^ : ? * [ \\")
+_REVISION_RULES = (
+    ("..", lambda v: ".." not in v, "!self.contains('..')"),
+    ("//", lambda v: "//" not in v, "!self.contains('//')"),
+    ("@{", lambda v: "@{" not in v, "!self.contains('@{')"),
+    ("a leading or trailing /", lambda v: not v.startswith("/") and not v.endswith("/"), "!self.startsWith('/') && !self.endsWith('/')"),
+    ("a part starting with .", lambda v: not v.startswith(".") and "/." not in v, "!self.startsWith('.') && !self.contains('/.')"),
+    ("a trailing . or a part ending in .lock", lambda v: not v.endswith((".", ".lock")) and ".lock/" not in v,
+     "!self.endsWith('.') && !self.endsWith('.lock') && !self.contains('.lock/')"),
+    ("@ alone", lambda v: v != "@", "self != '@'"),
+)
+_REVISION_MESSAGE = ("a revision follows git's ref grammar (a branch, tag or 40-hex commit): no .., //, @{, leading or trailing /, "
+                     "part starting with . or ending in .lock, or trailing .")
+
+
+def _revision(value: str) -> str:
+    broken = [what for what, check, _ in _REVISION_RULES if not check(value)]
+    if broken:
+        raise ValueError(f"{value!r}: {_REVISION_MESSAGE} (it has {', '.join(broken)})")
+    return value
+
+
+# Field before the validator: pydantic leaves a pattern checked after a function out of the JSON schema (and so the CRD).
+Revision = Annotated[str, Field(min_length=1, max_length=256, pattern=_REVISION_CHARS, json_schema_extra={
+    "x-kubernetes-validations": [{"rule": " && ".join(cel for _, _, cel in _REVISION_RULES), "message": _REVISION_MESSAGE}]}),
+    AfterValidator(_revision)]
+"""A branch, tag or commit of a hub repository, in git's ref grammar: never a path that climbs out of the cache."""
+
+
 class SecretKeyRef(SpecModel):
     """A key of a Secret in the RLJob's namespace. Secrets are only ever referenced, never inlined."""
 
@@ -78,7 +111,7 @@ class WeightsSource(SpecModel):
     """A local GGUF file (weights, config and tokenizer in one file)."""
     hub_id: HubId | None = None
     """A Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct, for clusters that can reach the hub."""
-    revision: str | None = Field(default=None, min_length=1, max_length=256)
+    revision: Revision | None = None
     """A branch, tag or commit of hubId."""
     token_secret_ref: SecretKeyRef | None = None
     """The hub token for gated models, read from a Secret."""

@@ -8,6 +8,7 @@ CEL) in the API server alike.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 from pydantic import Field
@@ -54,7 +55,11 @@ def reserved_key(key: str) -> bool:
 
 
 def under(path: str, root: str) -> bool:
-    """Whether `path` is `root` or inside it (both in MountPath's one spelling)."""
+    """Whether `path` is `root` or inside it, compared as normalised paths: `/data/./x` and `/data//x` are
+    under /data, and `/data/../proc` is not (a path that still climbs above its start is under nothing)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    if ".." in path.split("/") or ".." in root.split("/") or "\0" in path or "\0" in root:
+        return False
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
