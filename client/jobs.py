@@ -100,7 +100,9 @@ class RLJobClient:
 
         job, raw, source = self._parse(job_or_path)
         try:
-            problems = cluster_problems(job, source)
+            # The allow-lists (volume sources, RuntimeClasses, ...) are the cluster's chart's to apply: its admission
+            # policy refuses what it does not allow, naming the field.
+            problems = cluster_problems(job, source, policy=None)
         except ValueError as exc:
             raise InvalidJobError(f"{source}: {exc}") from None
         if problems:

@@ -6,6 +6,8 @@ anywhere else is not there (or is the image's), and the job would fail after its
 rules find that before any pod exists: in `kuberl validate` (a cluster is its default target) and in
 the operator, which refuses such a job with an InvalidSpec condition. The API server cannot check
 them: comparing every path with every mount of every role costs more than its CEL budget allows.
+The chart's allow-lists (volume sources, RuntimeClasses, unconfined profiles, control-plane tolerations:
+admission.py) are checked here too, and by the chart's admission policy.
 """
 
 from __future__ import annotations
@@ -90,12 +92,13 @@ def _fix(spec: RLJobSpec, role: str, path: str) -> str:
 
 
 def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
-                     policy: AdmissionPolicy = AdmissionPolicy()) -> list[Problem]:
+                     policy: AdmissionPolicy | None = AdmissionPolicy()) -> list[Problem]:
     """What keeps `job` from running on a cluster although its manifest is valid. `default_image`: the
     operator's trainer image ("" when unknown, as in `kuberl validate`; None: the operator has none);
-    `policy`: what the chart allows beyond the admission defaults."""
+    `policy`: what the chart allows beyond the admission defaults (None: leave the allow-lists to the
+    cluster, whose admission policy and operator know its chart's values, as `kuberl submit` does)."""
     spec = job.spec
-    problems: list[Problem] = admission_problems(job, source, policy)
+    problems: list[Problem] = admission_problems(job, source, policy) if policy is not None else []
     if spec.image is None and default_image is None:
         problems.append(Problem(source, "spec.image", "no trainer image: set spec.image, or install the operator with "
                                 "the chart's trainerImage (where you pushed the image `make images` builds)"))

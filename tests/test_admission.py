@@ -298,3 +298,12 @@ def test_the_policy_checks_each_secret_once_within_the_api_servers_budget() -> N
     per_name = [v for v in validations if ".name(variables.secretNames[" in v["expression"]]
     assert len(per_name) == MAX_CHECKED_SECRET_REFERENCES
     assert (MAX_CHECKED_SECRET_REFERENCES + 2) * 350_000 < 10_000_000
+
+
+def test_kuberl_submit_leaves_the_allow_lists_to_the_cluster() -> None:
+    # The cluster's chart may allow more than the defaults; its admission policy and operator apply its values.
+    from kuberl.operator.cluster_rules import cluster_problems
+
+    job = parse_rljob(with_volume({"hostPath": {"path": "/srv"}}), "job.yaml")
+    assert [p.path for p in cluster_problems(job, "job.yaml")] == ["spec.volumes[2].hostPath"]
+    assert cluster_problems(job, "job.yaml", policy=None) == []

@@ -142,9 +142,10 @@ class PodTemplate(SpecModel):
     labels: label_map(64) | None = None  # type: ignore[valid-type]
     """Labels of the role's pods."""
     annotations: dict[LabelKey, str] | None = Field(default=None, max_length=64)
-    """Annotations of the role's pods."""
+    """Annotations of the role's pods; one that sets an AppArmor or seccomp profile to unconfined is refused on a cluster."""
     runtime_class_name: DNSSubdomain | None = None
-    """The RuntimeClass of the role's pods (for example a sandboxed runtime, or one with NVIDIA's hooks)."""
+    """The RuntimeClass of the role's pods (for example a sandboxed runtime, or one with NVIDIA's hooks): one the chart
+    allows (admission.allowedRuntimeClasses; none by default)."""
 
     RULES = (
         Rule(

@@ -118,7 +118,8 @@ class PodGroupSpec(PodTemplate):
     node_selector: label_map(64) | None = None  # type: ignore[valid-type]
     """Labels of the node pool this role's pods must land on."""
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
-    """Taints of the node pool that this role's pods tolerate."""
+    """Taints of the node pool that this role's pods tolerate; the control plane's (node-role.kubernetes.io/control-plane,
+    /master, or every taint with an empty key) only where the chart allows it (admission.allowControlPlaneTolerations)."""
     affinity: Affinity | None = None
     """A Kubernetes Affinity, as in a PodSpec (node affinity, pod affinity and anti-affinity)."""
 

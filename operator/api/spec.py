@@ -141,11 +141,15 @@ class RLJobSpec(SpecModel):
     image_pull_secrets: list[LocalObjectReference] = Field(default=[], max_length=16)
     """Secrets, by name, for pulling the image."""
     service_account_name: DNSSubdomain | None = None
-    """The pods' ServiceAccount; default: none mounted (the engine needs no API access)."""
+    """The pods' ServiceAccount; default: the job's own, which may only write the job's progress. With the chart's
+    admission policy, naming one needs the right to create pods in the namespace."""
     volumes: list[Volume] = Field(default=[], max_length=64, json_schema_extra={
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
-    """Volumes of the job's pods (PersistentVolumeClaims, ConfigMaps, Secrets, NFS, ...); each role mounts what it
-    needs with its volumeMounts. On a cluster, every path the engine reads must lie under a mount of the role that reads it."""
+    """Volumes of the job's pods (PersistentVolumeClaims, ConfigMaps, Secrets, CSI, ...); each role mounts what it
+    needs with its volumeMounts. On a cluster, every path the engine reads must lie under a mount of the role that reads it.
+    Sources beyond persistentVolumeClaim, configMap, secret, emptyDir, ephemeral, projected, csi, image and downwardAPI
+    (hostPath, gitRepo, nfs, ...) only where the chart allows them (admission.allowedVolumeSources); with its admission
+    policy, every Secret named needs the right to get it."""
     cache: CacheSpec | None = None
     """Where hub downloads go on a cluster: needed by a job that names a hub repository (model.hubId, ...)."""
     initializer: InitializerSpec | None = None
