@@ -17,17 +17,15 @@ import yaml
 from celpy import celtypes
 
 from kuberl.operator.admission import (
-    CHART_VARIABLES,
     DEFAULT_VOLUME_SOURCES,
     GRANTING_FIELDS,
     VOLUME_SOURCES,
     AdmissionPolicy,
     admission_problems,
     cluster_checks,
-    policy,
-    policy_json,
     secret_references,
 )
+from kuberl.operator.admission_policy import CHART_VARIABLES, policy, policy_json
 from kuberl.operator.api.spec import IMMUTABLE_FIELDS
 from kuberl.operator.manifest import parse_rljob
 from kuberl.operator.yaml_reader import read_documents
@@ -188,7 +186,7 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
 
 def test_the_charts_policy_file_is_rendered_from_the_python_rules() -> None:
     assert (CHART / "files" / "admission-policy.json").read_text() == policy_json(), (
-        "regenerate: .venv/bin/python -m kuberl.operator.admission > helm/kuberl/files/admission-policy.json")
+        "regenerate: .venv/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json")
 
 
 def test_the_chart_values_are_the_python_contract() -> None:
