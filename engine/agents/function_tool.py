@@ -11,7 +11,8 @@ from typing import Any
 
 from ..config.multi_turn import ToolSpec
 from .python_tool import sandbox_failure
-from .sandbox import Limits, run_in_sandbox
+from .isolation import run_in_sandbox
+from .sandbox import Limits
 from .tools import Tool, ToolError, ToolResult, register_tool_kind, resolve
 
 
@@ -24,9 +25,12 @@ class FunctionTool(Tool):
         field = f"rollout.multiTurn.tools[{spec.name}]"
         if not self.path.is_file():
             raise ToolError(f"{field}.path: {self.path} does not exist")
+        # Read here, once: the sandbox sees none of the trainer's files.
+        self.source = self.path.read_text(encoding="utf-8", errors="replace")
         described: dict[str, Any] = {}
         if spec.description is None or spec.parameters is None:
-            outcome = run_in_sandbox({"mode": "describe", "path": str(self.path), "function": self.function},
+            outcome = run_in_sandbox({"mode": "describe", "path": str(self.path), "source": self.source,
+                                      "function": self.function},
                                      Limits(max(spec.timeout_seconds, 30.0), spec.memory_mb, spec.max_output_bytes))
             if "schema" not in outcome.reply:
                 why = outcome.reply.get("error") or outcome.death() or "no schema"
@@ -36,8 +40,8 @@ class FunctionTool(Tool):
         self.parameters = spec.parameters or described["parameters"]
 
     def call(self, arguments: dict[str, Any]) -> ToolResult:
-        outcome = run_in_sandbox({"mode": "function", "path": str(self.path), "function": self.function,
-                                  "arguments": arguments}, self.limits)
+        outcome = run_in_sandbox({"mode": "function", "path": str(self.path), "source": self.source,
+                                  "function": self.function, "arguments": arguments}, self.limits)
         failure = sandbox_failure(outcome, self.limits)
         if failure is not None:
             return failure
@@ -46,6 +50,6 @@ class FunctionTool(Tool):
         return ToolResult(str(outcome.reply.get("text", "")))
 
 
-@register_tool_kind("function", summary="a function of a Python file, called in a sandboxed process")
+@register_tool_kind("function", summary="a function of a Python file, called in a sandboxed process", sandboxed=True)
 def _function(spec: ToolSpec, base_dir: Path) -> Tool:
     return FunctionTool(spec, base_dir)

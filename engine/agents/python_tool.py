@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config.multi_turn import ToolSpec
-from .sandbox import Limits, Outcome, run_in_sandbox
+from .isolation import run_in_sandbox
+from .sandbox import Limits, Outcome
 from .tools import Tool, ToolResult, register_tool
 
 
@@ -46,6 +47,6 @@ class PythonTool(Tool):
         return ToolResult(text if text else "(no output: print the result)")
 
 
-@register_tool("python", summary="a Python snippet in a sandboxed process; its printed output")
+@register_tool("python", summary="a Python snippet in a sandboxed process; its printed output", sandboxed=True)
 def _python(spec: ToolSpec, base_dir: Path) -> Tool:
     return PythonTool(spec)

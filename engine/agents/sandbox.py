@@ -1,12 +1,13 @@
-"""Running a user's tool code in a process of its own, with limits, and reading back bounded output.
+"""Running a user's tool code outside the trainer, with limits, and reading back bounded output.
 
-Each call starts `python -I -B sandbox_child.py` in a new session (its own process group), in a
-fresh scratch directory, with an environment of its own (none of the trainer's variables, so no
-credentials). The child limits itself before any user code runs (sandbox_child.py: address space,
-CPU seconds, file sizes, no network, not root, an audit hook). The parent keeps the wall-clock
-limit: past it the whole process group is killed. stdout and stderr go to a file the child cannot
-name; the parent reads at most `max_output_bytes` + 1 of it, so nothing a tool prints reaches the
-trainer's memory or logs unbounded.
+Each call starts `python -I -B sandbox_child.py` through a backend (a registry: bubblewrap, the
+kernel boundary; process, a plain child process guarded by an audit hook only, for machines without
+user namespaces, if the job allows it). The backend gives the command and how to start it; the
+runner here is shared: the request goes in on stdin, stdout and stderr go to a file the child
+cannot name, of which at most `max_output_bytes` + 1 bytes are read back, the reply comes back on a
+descriptor, and past the wall-clock limit the whole process group is killed.
+
+A backend that runs calls elsewhere (a sandbox pod) implements `SandboxBackend.run` itself.
 """
 
 from __future__ import annotations
@@ -15,19 +16,19 @@ import json
 import logging
 import math
 import os
+import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 log = logging.getLogger("kuberl.engine")
-_reported: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,15 @@ class Limits:
     """Wall-clock seconds."""
     memory_mb: int = 512
     max_output_bytes: int = 16384
+    processes: int = 32
+    """RLIMIT_NPROC of the call's user (inside its own user namespace where the backend gives one)."""
+    scratch_mb: int = 64
+    """The size of the call's private scratch folder (a tmpfs, under bubblewrap)."""
+
+    @property
+    def file_bytes(self) -> int:
+        """RLIMIT_FSIZE: the largest file the tool may write (its printed output is one)."""
+        return 8 * self.max_output_bytes + 65536
 
 
 @dataclass(frozen=True)
@@ -65,13 +75,67 @@ class Outcome:
         if self.returncode is not None and self.returncode < 0:
             name = signal.Signals(-self.returncode).name if -self.returncode in signal.valid_signals() else str(-self.returncode)
             return f"the tool's process was killed by {name} (a CPU or memory limit, or a crash)"
+        if self.returncode is not None and self.returncode > 128 and self.returncode - 128 in signal.valid_signals():
+            # bubblewrap's init reports a child killed by a signal as 128 + the signal
+            return f"the tool's process was killed by {signal.Signals(self.returncode - 128).name} (a CPU or memory limit, or a crash)"
         return f"the tool's process exited with code {self.returncode} without a result"
 
 
-def _environment(scratch: str) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+@dataclass(frozen=True)
+class Launch:
+    """How a backend starts one call's child: its command, descriptors it passes on, a hook run once it
+    started (closing what only the command needed) and one run once it ended."""
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    scratch: str
+    """The call's scratch folder as the child sees it."""
+    pass_fds: tuple[int, ...] = ()
+    cleanup: Callable[[], None] = lambda: None
+    finish: Callable[[], None] = lambda: None
+    status_fd: int | None = None
+    """A descriptor on which the backend's launcher reports {"exit-code": N} when the main process
+    ends (bwrap's --json-status-fd); the runner reads and closes it."""
+
+
+class SandboxBackend(ABC):
+    """One way of isolating a tool call. `run` is what the tools call; the default runs the command of
+    `launch` on this machine with the shared runner."""
+
+    name: str
+    isolated: bool
+    """Whether a kernel boundary (not only the audit hook) stands between the tool and the trainer."""
+    description: str
+    """What the isolation is, in words, for the run's log."""
+
+    @abstractmethod
+    def launch(self, request: dict[str, Any], limits: Limits, scratch: str) -> Launch: ...
+
+    def run(self, request: dict[str, Any], limits: Limits) -> Outcome:
+        return run_child(self, request, limits)
+
+    def probe(self) -> str | None:
+        """None when this backend works here, else why not (a trivial call, run at start)."""
+        try:
+            outcome = self.run({"mode": "python", "code": "print('ok')"}, Limits(timeout=30.0))
+        except OSError as exc:  # e.g. bwrap is not installed
+            return str(exc)
+        if outcome.reply.get("ok") and outcome.output.strip() == b"ok":
+            return None
+        said = outcome.output.decode("utf-8", "replace").strip()[:400]
+        return said or outcome.death() or "the probe call timed out"
+
+
+SANDBOX_BACKENDS: dict[str, Callable[[], SandboxBackend]] = {}
+
+
+def register_sandbox_backend(name: str) -> Callable[[Callable[[], SandboxBackend]], Callable[[], SandboxBackend]]:
+    def register(factory: Callable[[], SandboxBackend]) -> Callable[[], SandboxBackend]:
+        if name in SANDBOX_BACKENDS:
+            raise ValueError(f"sandbox backend {name!r} is registered twice")
+        SANDBOX_BACKENDS[name] = factory
+        return factory
+    return register
 
 
 def _read_prefix(f, limit: int) -> tuple[bytes, int]:
@@ -80,56 +144,87 @@ def _read_prefix(f, limit: int) -> tuple[bytes, int]:
     return f.read(limit), size
 
 
-def run_in_sandbox(request: dict[str, Any], limits: Limits) -> Outcome:
-    """Run one request (sandbox_child.py's modes) in a fresh sandboxed process."""
+def run_child(backend: SandboxBackend, request: dict[str, Any], limits: Limits) -> Outcome:
+    """Run one request (sandbox_child.py's modes) in a fresh child of `backend`'s making."""
     private = tempfile.mkdtemp(prefix="kuberl-tool-io-")  # the parent's files: the child holds only descriptors
     scratch = tempfile.mkdtemp(prefix="kuberl-tool-")
-    file_bytes = 8 * limits.max_output_bytes + 65536
-    request = {**request, "scratch": scratch, "memory_mb": limits.memory_mb, "cpu_seconds": math.ceil(limits.timeout) + 1,
-               "file_bytes": file_bytes, "max_output_bytes": limits.max_output_bytes}
+    request = {**request, "memory_mb": limits.memory_mb, "cpu_seconds": math.ceil(limits.timeout) + 1,
+               "file_bytes": limits.file_bytes, "max_output_bytes": limits.max_output_bytes, "processes": limits.processes}
     start = time.monotonic()
     try:
-        with open(os.path.join(private, "out"), "w+b") as out, open(os.path.join(private, "reply"), "w+b") as reply_file:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", str(CHILD)], stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT,
-                cwd=scratch, env=_environment(scratch), start_new_session=True, close_fds=True,
-                pass_fds=(reply_file.fileno(),))
-            timed_out = False
+        with open(os.path.join(private, "out"), "w+b") as out, open(os.path.join(private, "reply"), "w+b") as reply_file, \
+                open(os.path.join(private, "request"), "w+b") as request_file:
+            launch = backend.launch(request, limits, scratch)
+            request = {**request, "scratch": launch.scratch, "isolation": backend.name, "reply_fd": reply_file.fileno()}
+            request_file.write(json.dumps(request).encode())  # a file, not a pipe: nothing blocks on a child that does not read
+            request_file.seek(0)
             try:
-                proc.communicate(json.dumps({**request, "reply_fd": reply_file.fileno()}).encode(), timeout=limits.timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            _kill_group(proc.pid)
-            proc.wait()
+                try:
+                    proc = subprocess.Popen(
+                        launch.argv, stdin=request_file, stdout=out, stderr=subprocess.STDOUT, cwd=launch.cwd,
+                        env=launch.env, start_new_session=True, close_fds=True,
+                        pass_fds=(reply_file.fileno(), *launch.pass_fds))
+                except BaseException:
+                    if launch.status_fd is not None:
+                        os.close(launch.status_fd)
+                    raise
+                finally:
+                    launch.cleanup()
+                ended, code = _wait(proc, launch.status_fd, start + limits.timeout)
+                _kill_group(proc.pid)  # whatever the tool left running ends with it
+                proc.wait()
+            finally:
+                launch.finish()
             output, printed = _read_prefix(out, limits.max_output_bytes + 1)
-            raw, _ = _read_prefix(reply_file, file_bytes)
+            raw, _ = _read_prefix(reply_file, limits.file_bytes)
         try:
             reply = json.loads(raw.decode("utf-8", "replace")) if raw else {}
         except json.JSONDecodeError:
             reply = {}
-        _report(reply)
-        return Outcome(reply if isinstance(reply, dict) else {}, output, printed, proc.returncode, timed_out,
-                       time.monotonic() - start)
+        return Outcome(reply if isinstance(reply, dict) else {}, output, printed, proc.returncode if code is None else code,
+                       not ended, time.monotonic() - start)
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _wait(proc: subprocess.Popen, status_fd: int | None, deadline: float) -> tuple[bool, int | None]:
+    """Wait for the call's main process until `deadline`: (whether it ended, its exit code where the
+    backend's status stream told it). With a status stream (bwrap's --json-status-fd) the call ends
+    when its main process does, even if processes it started still run (they are killed then)."""
+    if status_fd is None:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            return True, None
+        except subprocess.TimeoutExpired:
+            return False, None
+    try:
+        buffered = b""
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([status_fd], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(status_fd, 4096)
+            if not chunk:  # bwrap ended without saying: it failed to set up, or was killed
+                proc.wait()
+                return True, None
+            buffered += chunk
+            for line in buffered.split(b"\n"):
+                try:
+                    status = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(status, dict) and "exit-code" in status:
+                    return True, int(status["exit-code"])
+        return False, None
+    finally:
+        os.close(status_fd)
+
+
 def _kill_group(pgid: int) -> None:
-    """The tool's whole process group (it is its own session's leader): whatever it left running ends too."""
+    """The child's whole process group (it is its own session's leader): whatever it left running ends
+    too. Under bubblewrap this kills bwrap, and with it the PID namespace and all inside it."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _report(reply: Any) -> None:
-    """Log, once per process, how a tool's process was isolated (it depends on what the kernel and
-    the container allow: a network namespace, or the audit hook alone)."""
-    if not isinstance(reply, dict) or "isolation" not in reply:
-        return
-    key = (str(reply["isolation"]), str(reply.get("user")))
-    if key not in _reported:
-        _reported.add(key)
-        log.info("tool sandbox: network %s; user %s; limits on memory, CPU time, file size and open files; an audit hook "
-                 "refuses sockets, processes and writes outside the scratch folder", *key)

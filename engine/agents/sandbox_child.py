@@ -2,14 +2,16 @@
 standard library only, before any user code runs in it.
 
 It reads one JSON request on stdin, limits itself (address space, CPU seconds, file size, open
-files, no core dumps), leaves the network (a network namespace of its own where the kernel allows
-it), drops root for nobody, and installs an audit hook (PEP 578) that refuses sockets, new
-processes, ctypes and writes outside its scratch directory. Then it runs the user's function or
+files, processes, no core dumps) and installs an audit hook (PEP 578) that refuses sockets, new
+processes, ctypes and writes outside its scratch directory. Under bubblewrap the kernel is the wall
+(sandbox_bwrap.py) and the hook is defence in depth; in a plain child process (the "process"
+backend) it also leaves the network where the kernel allows it and drops root for nobody, and the
+hook is all there is. Then it runs the user's function or
 snippet and writes one JSON reply to the descriptor the request names. What the code prints goes to stdout/stderr, which the
 parent points at a file it reads back a bounded prefix of.
 
-Modes: function (call `function` of the file `path` with the JSON `arguments`; the reply is its
-text), python (exec `code`; the printed output is the result), describe (the function's
+Modes: function (call `function` of the file's `source`, named `path`, with the JSON `arguments`;
+the reply is its text; the parent reads the file, the child may not see it), python (exec `code`; the printed output is the result), describe (the function's
 JSON schema, from its signature and docstring).
 """
 
@@ -29,6 +31,7 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
 def limit(request):
+    """Limits the user's code cannot raise (it holds no capability in the first user namespace)."""
     memory = int(request["memory_mb"]) << 20
     cpu = int(request["cpu_seconds"])
     fsize = int(request["file_bytes"])
@@ -37,6 +40,10 @@ def limit(request):
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if request["isolation"] != "process":
+        # Counted per user of the call's own user namespace; a plain child shares the trainer's user,
+        # whose threads would count too.
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(request["processes"]),) * 2)
 
 
 def leave_network():
@@ -137,17 +144,15 @@ def load_function(source, path, function):
 
 def serve(request, reply):
     mode = request["mode"]
-    source = None
-    if mode in ("function", "describe"):
-        with open(request["path"], encoding="utf-8") as f:  # read before root is dropped: the file may be root's
-            source = f.read()
     os.chdir(request["scratch"])
     limit(request)
-    isolation = leave_network()
-    user = drop_root(request["scratch"])
-    install_audit_hook(request["scratch"])
-    reply["isolation"] = isolation
-    reply["user"] = user
+    if request["isolation"] == "process":  # no kernel boundary around this process: do what a process can
+        reply["isolation"] = leave_network()
+        reply["user"] = drop_root(request["scratch"])
+    else:
+        reply["isolation"], reply["user"] = request["isolation"], str(os.getuid())
+    if request.get("audit_hook", True):  # defence in depth (the kernel is the wall under bubblewrap)
+        install_audit_hook(request["scratch"])
     if mode == "python":
         try:
             exec(compile(request["code"], "<tool>", "exec"), {"__name__": "__main__"})
@@ -157,7 +162,7 @@ def serve(request, reply):
             traceback.print_exception(kind, value, tb.tb_next if tb is not None else None)  # from the snippet's frame on
             reply["ok"] = False
         return
-    fn = load_function(source, request["path"], request["function"])
+    fn = load_function(request["source"], request["path"], request["function"])
     if mode == "describe":
         reply["schema"] = describe(fn, request["function"])
         return

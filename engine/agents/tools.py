@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config.multi_turn import ToolSpec
+from .isolation import IsolationUnavailable, choose_sandbox
 
 ERROR_CHARS = 500
 """An error message in the conversation is cut to about this many characters."""
@@ -63,29 +64,33 @@ class ToolEntry:
     name: str
     factory: ToolFactory
     summary: str
+    sandboxed: bool = False
+    """Whether its calls run code in the sandbox (the run then needs one: kuberl.engine.agents.isolation)."""
 
 
 BUILTIN_TOOLS: dict[str, ToolEntry] = {}
 TOOL_KINDS: dict[str, ToolEntry] = {}
 
 
-def _register(registry: dict[str, ToolEntry], what: str, name: str, summary: str) -> Callable[[ToolFactory], ToolFactory]:
+def _register(registry: dict[str, ToolEntry], what: str, name: str, summary: str,
+              sandboxed: bool) -> Callable[[ToolFactory], ToolFactory]:
     def register(factory: ToolFactory) -> ToolFactory:
         if name in registry:
             raise ValueError(f"{what} {name!r} is registered twice")
-        registry[name] = ToolEntry(name, factory, summary)
+        registry[name] = ToolEntry(name, factory, summary, sandboxed)
         return factory
     return register
 
 
-def register_tool(name: str, *, summary: str) -> Callable[[ToolFactory], ToolFactory]:
-    """A built-in tool: `factory(spec, base_dir) -> Tool`, chosen by a job's `{name: <name>}`."""
-    return _register(BUILTIN_TOOLS, "built-in tool", name, summary)
+def register_tool(name: str, *, summary: str, sandboxed: bool = False) -> Callable[[ToolFactory], ToolFactory]:
+    """A built-in tool: `factory(spec, base_dir) -> Tool`, chosen by a job's `{name: <name>}`;
+    sandboxed: its calls run code through kuberl.engine.agents.isolation.run_in_sandbox."""
+    return _register(BUILTIN_TOOLS, "built-in tool", name, summary, sandboxed)
 
 
-def register_tool_kind(kind: str, *, summary: str) -> Callable[[ToolFactory], ToolFactory]:
+def register_tool_kind(kind: str, *, summary: str, sandboxed: bool = False) -> Callable[[ToolFactory], ToolFactory]:
     """A kind of tool (ToolSpec.kind: builtin, function, http): `factory(spec, base_dir) -> Tool`."""
-    return _register(TOOL_KINDS, "tool kind", kind, summary)
+    return _register(TOOL_KINDS, "tool kind", kind, summary, sandboxed)
 
 
 @register_tool_kind("builtin", summary="one of kuberl's built-in tools, by name")
@@ -95,8 +100,22 @@ def _builtin(spec: ToolSpec, base_dir: Path) -> Tool:
     return BUILTIN_TOOLS[spec.name].factory(spec, base_dir)
 
 
-def build_tools(specs: list[ToolSpec], base_dir: Path = Path(".")) -> dict[str, Tool]:
-    """Every tool of a job by name, set up (a function's schema is read in the sandbox)."""
+def sandboxed(spec: ToolSpec) -> bool:
+    """Whether the calls of `spec`'s tool run code in the sandbox."""
+    if spec.kind == "builtin" and spec.name in BUILTIN_TOOLS:
+        return BUILTIN_TOOLS[spec.name].sandboxed
+    return TOOL_KINDS[spec.kind].sandboxed
+
+
+def build_tools(specs: list[ToolSpec], base_dir: Path = Path("."), *, allow_unisolated: bool = False) -> dict[str, Tool]:
+    """Every tool of a job by name, set up (a function's schema is read in the sandbox). A job with
+    tools that run code first gets its sandbox: bubblewrap, or (allow_unisolated, where bubblewrap
+    does not work) plain child processes; else ToolError says what to do."""
+    if any(sandboxed(spec) for spec in specs):
+        try:
+            choose_sandbox(allow_unisolated)
+        except IsolationUnavailable as exc:
+            raise ToolError(str(exc)) from None
     return {spec.name: TOOL_KINDS[spec.kind].factory(spec, base_dir) for spec in specs}
 
 

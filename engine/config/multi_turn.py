@@ -100,6 +100,12 @@ class MultiTurnSpec(SpecModel):
     plug-in file of algorithm.plugins may register its own."""
     environment_options: dict[str, Any] = Field(default={}, max_length=32)
     """Keyword options of the environment, by their camelCase names."""
+    allow_unisolated_tools: bool = False
+    """Where the trainer cannot sandbox the python and function tools behind a kernel boundary
+    (bubblewrap needs user namespaces, which a pod under the runtime's default seccomp profile
+    lacks), run them anyway in plain child processes of the trainer: the model's code can then read
+    what the trainer can (its files, its ServiceAccount token) and reach what it can. Only for tools
+    and models you trust; without it such a job does not start there."""
 
     RULES = (
         Rule(

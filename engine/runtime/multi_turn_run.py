@@ -63,7 +63,7 @@ def prepare_agents(config: EngineConfig, tokenizer: Any, base_dir: Path) -> Agen
         tokenizer.chat_template = parser.template
         log.info("the tokenizer's chat template does not describe tools: using the %s parser's template", parser.name)
     try:
-        tools = build_tools(spec.tools, base_dir)
+        tools = build_tools(spec.tools, base_dir, allow_unisolated=spec.allow_unisolated_tools)
     except ToolError as exc:
         raise ConfigError(str(exc)) from None
     setup = EnvironmentSetup(spec, tools, parser)
