@@ -36,9 +36,10 @@ test: setup node-deps kube-binaries scheduling-binaries node-binaries prometheus
 	bash scripts/images.sh >/dev/null
 	$(VENV)/bin/pytest
 
-crd: setup  ## regenerate crds/ from the API models
+crd: setup  ## regenerate crds/ and the chart's admission policy rules from the API models
 	$(VENV)/bin/kuberl crd > crds/kuberl.dev_rljobs.yaml
 	cp crds/kuberl.dev_rljobs.yaml helm/kuberl/crds/kuberl.dev_rljobs.yaml
+	$(VENV)/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json
 
 docs: setup  ## regenerate the docs' generated pages and build the site into site/ (mkdocs build --strict)
 	bash scripts/docs.sh site

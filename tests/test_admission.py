@@ -186,7 +186,7 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
 
 def test_the_charts_policy_file_is_rendered_from_the_python_rules() -> None:
     assert (CHART / "files" / "admission-policy.json").read_text() == policy_json(), (
-        "regenerate: .venv/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json")
+        "regenerate: make crd (or .venv/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json)")
 
 
 def test_the_chart_values_are_the_python_contract() -> None:
