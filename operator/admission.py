@@ -82,7 +82,7 @@ def _source_of(volume: kube_types.Volume) -> str:
 
 def _tolerates_control_plane(t: Any) -> bool:
     # An empty key with operator Exists tolerates every taint, the control plane's included.
-    return t.key is None or t.key in CONTROL_PLANE_TAINTS
+    return not t.key or t.key in CONTROL_PLANE_TAINTS
 
 
 def unconfining(key: str, value: str) -> bool:

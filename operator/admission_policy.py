@@ -97,7 +97,8 @@ def _changed_cel() -> str:
 _UNCONFINING_CEL = "r.pods.annotations[k] == '{u}' && ({keys} || {prefixes})".format(
     u=UNCONFINED, keys=" || ".join(f"k == '{k}'" for k in PROFILE_ANNOTATION_KEYS),
     prefixes=" || ".join(f"k.startsWith('{p}')" for p in PROFILE_ANNOTATION_PREFIXES))
-_CONTROL_PLANE_CEL = f"!has(t.key) || t.key in {_cel_list(CONTROL_PLANE_TAINTS)}"
+# An empty key is refused by the schema already; judged here as what it would mean, every taint.
+_CONTROL_PLANE_CEL = f"!has(t.key) || t.key == '' || t.key in {_cel_list(CONTROL_PLANE_TAINTS)}"
 
 
 def _secret_slot(i: int) -> dict[str, str]:
