@@ -230,3 +230,29 @@ def test_the_policy_is_rendered_with_the_chart_values(control_plane) -> None:
     bad = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES,
                              "--set", "admission.allowedVolumeSources={hostpath}", check=False)
     assert bad.returncode != 0 and "allowedVolumeSources" in bad.stderr
+
+
+def test_a_user_limited_to_named_secrets_is_checked_name_by_name_within_the_api_servers_budget(control_plane, tenants) -> None:
+    from kuberl.operator.admission import MAX_CHECKED_SECRET_REFERENCES
+
+    names = [f"named-{i}" for i in range(MAX_CHECKED_SECRET_REFERENCES + 1)]
+    rbac = client.RbacAuthorizationV1Api(control_plane.api_client())
+    rbac.create_namespaced_role(tenants, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "named"},
+                                          "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}]})
+    for role in ("rljobs", "named"):
+        rbac.create_namespaced_role_binding(tenants, {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"named-user-{role}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "named-user"}]})
+
+    def naming(count: int) -> dict[str, Any]:
+        job = small_job(f"names-{count}")
+        job["spec"]["roles"]["actor"]["env"] = [{"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": n, "key": "k"}}}
+                                                for i, n in enumerate(names[:count])]
+        return job
+
+    user = as_user(control_plane, "named-user")
+    # Every name its own authorizer check: the most the policy makes fits the API server's budget.
+    eventually(lambda: refusal(user, tenants, naming(MAX_CHECKED_SECRET_REFERENCES)) is None, 30, "the user's Role to be in force")
+    said = refusal(user, tenants, naming(MAX_CHECKED_SECRET_REFERENCES + 1))
+    assert said is not None and f"checks at most {MAX_CHECKED_SECRET_REFERENCES} one by one" in said
