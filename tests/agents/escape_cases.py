@@ -50,6 +50,8 @@ CASES: tuple[Case, ...] = (
     Case("symlink-second-path", "import os; os.symlink('/etc/passwd', @MARKER@)", W),
     Case("mknod", "import os, stat; os.mknod(@MARKER@, stat.S_IFREG | 0o644)", W),
     Case("mkfifo", "import os; os.mkfifo(@MARKER@)", W),
+    Case("mknod-memory-device", "import os, stat\nos.mknod('mem', stat.S_IFCHR | 0o600, os.makedev(1, 1))\nprint('CREATED')\n"
+         "open('mem', 'rb').read(16)", ("refused",)),
     Case("shutil-copy", "import shutil; open('f', 'w').write('x'); shutil.copy('f', @MARKER@)", W),
     Case("shutil-copytree", "import os, shutil; os.mkdir('d'); shutil.copytree('d', @MARKER@)", W),
     Case("shutil-move", "import shutil; open('f', 'w').write('x'); shutil.move('f', @MARKER@)", W),
