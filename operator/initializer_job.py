@@ -25,6 +25,7 @@ from .pod_spec import (
     cache_claim,
     cache_volume,
     config_volume,
+    hub_endpoint_env,
     hub_env,
     trainer_image,
 )
@@ -55,8 +56,8 @@ def initializer_job(job: RLJob, settings: OperatorSettings, owner: Owner) -> dic
         # By reference: the token's value never appears in the Job, the ConfigMap or the status.
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
     own = [e.to_manifest() for e in init.env or []]
-    if settings.hub_endpoint and not any(e["name"] == "HF_ENDPOINT" for e in own):
-        env.append({"name": "HF_ENDPOINT", "value": settings.hub_endpoint})
+    if not any(e["name"] == "HF_ENDPOINT" for e in own):
+        env += hub_endpoint_env(job, settings)  # the trainer pods get the same (pod_spec.py)
     env += own
     resources = init.resources.to_manifest() if init.resources else DEFAULT_RESOURCES
     container = {

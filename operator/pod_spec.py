@@ -70,6 +70,17 @@ def hub_env(offline: bool) -> list[dict[str, Any]]:
     return env
 
 
+def hub_endpoint_env(job: RLJob, settings: OperatorSettings) -> list[dict[str, Any]]:
+    """HF_ENDPOINT as the job's initializer has it (the job's own initializer.env entry, else the chart's
+    hubEndpoint). Trainer pods get it too: the cache keeps each endpoint's files in a folder of its own,
+    and an offline pod finds its snapshot by the endpoint it came from."""
+    init = job.spec.initializer
+    own = [e.to_manifest() for e in (init.env if init is not None else None) or [] if e.name == "HF_ENDPOINT"]
+    if own:
+        return own[-1:]
+    return [{"name": "HF_ENDPOINT", "value": settings.hub_endpoint}] if settings.hub_endpoint else []
+
+
 def master_addr(name: str, namespace: str) -> str:
     """Rank 0's address: the actor's first pod, by the hostname JobSet gives it (<jobset>-<replicated job>-<job
     index>-<pod index>) under the job's headless Service; resolvable before the pod is Ready."""
@@ -110,7 +121,7 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
     ]
     claim = cache_claim(job)
     if claim is not None:
-        env += hub_env(offline=True)
+        env += hub_env(offline=True) + hub_endpoint_env(job, settings)
     if role == "actor":  # the controller rank, in the actor's first pod, is the only one that tracks
         for tracker in spec.monitoring.tracking:
             if tracker.secret is not None:

@@ -29,6 +29,7 @@ from kuberl.engine.config.initialization import (
 )
 from kuberl.engine.config.model import WeightsSource
 from kuberl.engine.config.topology import EngineConfig
+from kuberl.engine.hub.cache import endpoint_cache_dir
 from kuberl.operator.testing.hub_server import HubServer
 
 REPO = "kuberl-test/tiny-llama"
@@ -113,7 +114,7 @@ def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path:
         field="model", repo=REPO, revision=None, commit=commit, files=len(files), bytes=sum(files.values()),
         fetched_bytes=sum(files.values()))])
     assert first.stdout.count("\n") == 1 and f"{REPO}@{commit[:12]}" in first.stdout
-    storage = cache / "models--kuberl-test--tiny-llama"
+    storage = endpoint_cache_dir(cache, hub.url) / "models--kuberl-test--tiny-llama"  # the stand-in's own folder
     assert (storage / "refs" / "main").read_text() == commit  # what the offline trainer pods resolve main with
 
     # Second run, same cache, a branch: the hub resolves main, and no file is fetched again.
@@ -124,11 +125,11 @@ def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path:
     assert [(r.method, r.path.split("?")[0]) for r in hub.requests] == [("GET", f"/api/models/{REPO}/revision/main")]
     assert second.report.repos[0].fetched_bytes == 0 and second.report.repos[0].bytes == sum(files.values())
 
-    # Third run, the commit itself, complete in the cache: not one request.
+    # Third run, the commit itself, complete in the cache: the hub's file list to check it against, no file.
     hub.clear_requests()
     third = initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO, revision=commit))
     assert third.code == 0, third.stderr
-    assert hub.requests == []
+    assert [(r.method, r.path.split("?")[0]) for r in hub.requests] == [("GET", f"/api/models/{REPO}/revision/{commit}")]
     assert third.report.repos[0].model_dump() == {**first.report.repos[0].model_dump(), "revision": commit,
                                                   "fetched_bytes": 0}
 
@@ -232,7 +233,7 @@ def test_a_volume_that_fills_up_while_downloading_is_cache_volume_full_against_a
     assert run.code == PERMANENT_FAILURE_EXIT_CODE, run.stderr
     assert run.report.reason == "CacheVolumeFull"
     assert "ran out of space" in (run.report.message or "")
-    assert not (volume / "hub" / "models--kuberl-test--tiny-llama" / "refs" / "main").exists()
+    assert not (endpoint_cache_dir(volume / "hub", hub.url) / "models--kuberl-test--tiny-llama" / "refs" / "main").exists()
 
 
 def test_an_unreachable_hub_fails_after_bounded_retries(tmp_path: Path) -> None:
@@ -260,7 +261,8 @@ def test_trainer_pods_load_the_cached_snapshot_offline_against_a_hub_stand_in(
     hub.clear_requests()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    snapshot = cache / "models--kuberl-test--tiny-llama" / "snapshots" / commit
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)  # as the operator sets it in trainer pods: the initializer's hub
+    snapshot = endpoint_cache_dir(cache, hub.url) / "models--kuberl-test--tiny-llama" / "snapshots" / commit
     assert model_folder(WeightsSource(hub_id=REPO)) == snapshot
     assert model_folder(WeightsSource(hub_id=REPO, revision=commit)) == snapshot
     model = AutoModelForCausalLM.from_pretrained(model_folder(WeightsSource(hub_id=REPO, revision="main")))
@@ -302,3 +304,93 @@ def test_the_stand_in_runs_as_a_process_and_logs_requests(tmp_path: Path, tiny_m
         assert proc.wait(timeout=10) == 0
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["method"], r["path"], r["status"]) for r in records] == [("GET", f"/api/models/{REPO}", 200)]
+
+
+# --- the cache's content, attacked ------------------------------------------------------------------
+
+
+def _blob_of(snapshot: Path, name: str) -> Path:
+    return (snapshot / name).resolve()
+
+
+def test_a_poisoned_cache_file_is_detected_and_fetched_again_against_a_hub_stand_in(
+        tmp_path: Path, hub: HubServer, tiny_model: Path) -> None:
+    cache = tmp_path / "cache"
+    assert initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO)).code == 0
+    commit = commit_of(hub)
+    snapshot = endpoint_cache_dir(cache, hub.url) / "models--kuberl-test--tiny-llama" / "snapshots" / commit
+    # What a tenant sharing the claim plants: a small file (checked by git blob id), the weights (an LFS
+    # file, checked by sha256), and a file the hub never listed.
+    _blob_of(snapshot, "config.json").write_text('{"model_type": "llama", "auto_map": {"AutoModel": "evil.Model"}}')
+    weights = _blob_of(snapshot, "model.safetensors")
+    weights.write_bytes(weights.read_bytes()[:-4] + b"evil")
+    (snapshot / "evil.py").write_text("import os; os.system('touch /tmp/pwned')\n")
+    hub.clear_requests()
+
+    run = initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO, revision=commit))
+    assert run.code == 0, run.stderr
+    assert "2 cached files do not match the hub's hashes" in run.stderr and "evil.py" in run.stderr
+    assert hub.file_fetches(REPO) == {"config.json": 1, "model.safetensors": 1}  # those two fetched again, only
+    assert folder_files(snapshot) == folder_files(tiny_model)
+    for name in folder_files(tiny_model):
+        assert (snapshot / name).read_bytes() == (tiny_model / name).read_bytes(), name
+
+
+def test_a_hub_that_serves_other_content_than_it_lists_is_refused_against_a_hub_stand_in(
+        tmp_path: Path, tiny_model: Path) -> None:
+    import shutil
+
+    served = tmp_path / "served"
+    shutil.copytree(tiny_model, served)
+    with HubServer("127.0.0.1", token=TOKEN) as lying:
+        lying.add_repo(REPO, served)  # listed with the hashes of this content ...
+        config = served / "config.json"
+        text = config.read_bytes()
+        config.write_bytes(text[:-2] + (b"x" if text[-2:-1] != b"x" else b"y") + text[-1:])  # ... served with another
+        run = initialize(tmp_path, lying.url, tmp_path / "cache", engine_config(hubId=REPO))
+    assert run.code == PERMANENT_FAILURE_EXIT_CODE, run.stderr
+    assert run.report.reason == "ContentMismatch"
+    assert "config.json fetched again" in (run.report.message or "") and "still not what the hub lists" in (run.report.message or "")
+
+
+def test_two_endpoints_never_share_files_against_hub_stand_ins(tmp_path: Path, hub: HubServer, tiny_model: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """One job points its initializer at a hub of its own serving the same repository id; another job,
+    on the public (here: the first stand-in's) hub, shares the cache claim."""
+    from kuberl.engine.models.resolve import ModelNotFound, model_folder
+    from kuberl.engine.models.tiny import make_tiny_model
+
+    cache = tmp_path / "cache"
+    with HubServer("127.0.0.1", token=TOKEN) as planted:
+        planted.add_repo(REPO, make_tiny_model(tmp_path / "planted-model", seed=1))
+        assert initialize(tmp_path, planted.url, cache, engine_config(hubId=REPO)).code == 0
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    with pytest.raises(ModelNotFound):  # the planted snapshot and its refs/main are not this hub's
+        model_folder(WeightsSource(hub_id=REPO))
+
+    run = initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO))
+    assert run.code == 0, run.stderr
+    assert hub.file_fetches(REPO) == {name: 1 for name in folder_files(tiny_model)}  # nothing taken from the other
+    folder = model_folder(WeightsSource(hub_id=REPO))
+    assert (folder / "model.safetensors").read_bytes() == (tiny_model / "model.safetensors").read_bytes()
+
+
+def test_a_complete_commit_is_verified_from_the_cache_while_the_hub_is_down_against_a_hub_stand_in(
+        tmp_path: Path, tiny_model: Path) -> None:
+    cache = tmp_path / "cache"
+    with HubServer("127.0.0.1", token=TOKEN) as server:
+        server.add_repo(REPO, tiny_model)
+        endpoint, commit = server.url, commit_of(server)
+        assert initialize(tmp_path, endpoint, cache, engine_config(hubId=REPO)).code == 0
+    down = {"KUBERL_HUB_RETRY_SECONDS": "1"}
+    run = initialize(tmp_path, endpoint, cache, engine_config(hubId=REPO, revision=commit), env=down)
+    assert run.code == 0, run.stderr
+    assert "matches the file list recorded when it was downloaded" in run.stderr and run.report.repos[0].fetched_bytes == 0
+
+    snapshot = endpoint_cache_dir(cache, endpoint) / "models--kuberl-test--tiny-llama" / "snapshots" / commit
+    _blob_of(snapshot, "config.json").write_text("{}")  # poisoned while the hub cannot vouch for a new copy
+    run = initialize(tmp_path, endpoint, cache, engine_config(hubId=REPO, revision=commit), env=down)
+    assert run.code == 1 and run.report.reason == "HubUnreachable", run.stderr

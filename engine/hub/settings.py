@@ -60,4 +60,7 @@ def hub_from_environ(environ: Mapping[str, str]) -> Hub:
     retry = float(environ.get("KUBERL_HUB_RETRY_SECONDS") or DEFAULT_RETRY_SECONDS)
     # A token has no whitespace; a Secret made from a file often ends with a newline, which no header may carry.
     token = (environ.get("HF_TOKEN") or "").strip() or None
-    return Hub(endpoint=endpoint, cache_dir=Path(cache).expanduser().resolve(), token=token, retry_seconds=retry)
+    from .cache import endpoint_cache_dir
+
+    return Hub(endpoint=endpoint, cache_dir=endpoint_cache_dir(Path(cache).expanduser().resolve(), endpoint), token=token,
+               retry_seconds=retry)

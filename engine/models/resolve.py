@@ -50,16 +50,18 @@ def _cached_hub_folder(source: WeightsSource, field: str) -> Path:
     initializer (`kuberl initialize`) fetched every hub source before they started. A missing snapshot
     means it did not, and no retry in this pod can mend that.
     """
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import EntryNotFoundError
 
-    cache = os.environ.get("HF_HUB_CACHE")
-    try:
-        return Path(snapshot_download(source.hub_id, revision=source.revision, cache_dir=cache, local_files_only=True))
-    except EntryNotFoundError as exc:  # LocalEntryNotFoundError, IncompleteSnapshotError
-        from huggingface_hub import constants
+    from ..hub.cache import endpoint_cache_dir
+    from ..hub.settings import DEFAULT_ENDPOINT
 
-        where = cache or constants.HF_HUB_CACHE
+    # The folder of the hub the initializer fetched from (HF_ENDPOINT, as it had it): each endpoint has its own.
+    where = endpoint_cache_dir(Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser().resolve(),
+                               os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    try:
+        return Path(snapshot_download(source.hub_id, revision=source.revision, cache_dir=where, local_files_only=True))
+    except EntryNotFoundError as exc:  # LocalEntryNotFoundError, IncompleteSnapshotError
         raise ModelNotFound(
             f"{field}.hubId {source.hub_id} (revision {source.revision or 'main'}) is not in the hub cache "
             f"(HF_HUB_CACHE={where}), and this pod is offline (HF_HUB_OFFLINE=1): the initializer did not fetch "

@@ -201,7 +201,10 @@ def test_the_ppo_example_fetches_its_model_once_and_trains_through_a_killed_cont
     files = hub.file_fetches(TINY_REPO)
     assert files and set(files.values()) == {1}, files  # every file of the snapshot, once
     assert s["initialization"]["fetchedBytes"] > 0 and condition(s, "Initialized")["reason"] == "CacheReady"
-    assert (ppo["cache"] / "hub" / "models--kuberl-tests--tiny-llama").is_dir()  # in the claim, for every pod
+    from kuberl.engine.hub.cache import endpoint_cache_dir
+
+    # In the claim, for every pod, in the folder of the hub it came from (the chart's hubEndpoint).
+    assert (endpoint_cache_dir(ppo["cache"] / "hub", hub.url) / "models--kuberl-tests--tiny-llama").is_dir()
 
     # A killed trainer container, past the first checkpoint: the whole gang restarts from it.
     wait_for(node, PPO_NAMESPACE, lambda: (status(node, PPO_NAMESPACE, PPO).get("step") or 0) >= 3, 900, "step 3")
