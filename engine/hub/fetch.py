@@ -69,7 +69,9 @@ def _fetch_online(field: str, source: WeightsSource, hub: Hub) -> FetchedRepo:
         raise InitializationFailed("DownloadFailed", f"{field}.hubId {repo}@{commit[:12]}: the hub at {hub.endpoint} lists "
                                    f"no hash for {', '.join(unvouched[:3])}: nothing vouches for their content")
     snapshot = storage / "snapshots" / commit
-    _drop_mismatched(field, repo, commit, storage, snapshot, expected)  # before the download, which would keep them
+    present = [f for f in expected if (snapshot / f.path).is_file()]
+    dropped = _drop_mismatched(field, repo, commit, storage, snapshot, expected)  # before the download, which would keep them
+    checked = {f.path for f in present} - set(dropped)  # hashed and good: not hashed again after the download
     # A file the cache already holds (by content: the blob's name is its ETag) takes no space.
     missing = sum(s.size or 0 for s in info.siblings or [] if not (blobs / blob_name(s)).exists())
     hub.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +85,7 @@ def _fetch_online(field: str, source: WeightsSource, hub: Hub) -> FetchedRepo:
              human_bytes(missing) if missing else "nothing new")
     folder = Path(snapshot_download(repo, revision=commit, cache_dir=hub.cache_dir, token=hub.token or False,
                                     endpoint=hub.endpoint, etag_timeout=request_timeout()))
-    if _drop_mismatched(field, repo, commit, storage, folder, expected):  # a file changed under the download
+    if _drop_mismatched(field, repo, commit, storage, folder, [f for f in expected if f.path not in checked]):
         folder = Path(snapshot_download(repo, revision=commit, cache_dir=hub.cache_dir, token=hub.token or False,
                                         endpoint=hub.endpoint, etag_timeout=request_timeout()))
         still = mismatched(folder, expected)
