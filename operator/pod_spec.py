@@ -116,6 +116,8 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         {"name": "MASTER_ADDR", "value": master_addr(name, namespace)},
         {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        # The node's address, which HTTP tools refuse (its kubelet): engine/agents/http_network.py.
+        {"name": "KUBERL_NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         # The root filesystem is read-only: caches (vLLM, torch, matplotlib, a converted GGUF) go to /tmp.
         {"name": "HOME", "value": "/tmp"},
     ]

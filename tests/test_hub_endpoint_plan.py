@@ -1,5 +1,6 @@
-"""The hub endpoint of a job's initializer reaches its trainer pods too: the cache keeps each endpoint's
-files apart (engine/hub/cache.py), and an offline trainer finds its snapshot by the endpoint it came from."""
+"""What trainer pods are told for the input defences. The hub endpoint of a job's initializer reaches
+them too: the cache keeps each endpoint's files apart (engine/hub/cache.py), and an offline trainer
+finds its snapshot by the endpoint it came from. And the node's address, which HTTP tools refuse."""
 
 from __future__ import annotations
 
@@ -49,3 +50,12 @@ def test_no_endpoint_anywhere_means_the_public_hub_everywhere() -> None:
     job.metadata.namespace = "ns"
     initializer, trainers = _endpoints(plan(job, uid="u", settings=OperatorSettings(default_image="trainer:1")))
     assert initializer == [] and all(env == [] for env in trainers.values())
+
+
+def test_trainer_pods_know_their_nodes_address_for_the_http_tools_to_refuse() -> None:
+    job = load_rljobs(EXAMPLE)[0]
+    job.metadata.namespace = "ns"
+    desired = plan(job, uid="u", settings=OperatorSettings(default_image="trainer:1"))
+    for replicated in desired.jobset["spec"]["replicatedJobs"]:
+        env = {e["name"]: e for e in replicated["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["KUBERL_NODE_IP"] == {"name": "KUBERL_NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}

@@ -5,8 +5,9 @@ server sends, both of which a model-driven call can steer. So every address is c
 resolution, the socket connects to the very address that was checked (no second lookup for a
 rebinding DNS server to answer differently), and redirects stay on the URL's own origin.
 
-Refused unless allow-listed: loopback, link-local (the kubelet and node-local services are often
-there), the cloud metadata addresses, unspecified addresses, and the cluster's own API server.
+Refused unless allow-listed: loopback, link-local (node-local services are often there), the cloud
+metadata addresses, unspecified addresses, the cluster's own API server, and the node the pod runs on
+(its kubelet; KUBERL_NODE_IP, which the operator sets from the pod's status.hostIP).
 `KUBERL_TOOL_ALLOWED_NETWORKS` (CIDRs separated by commas or spaces; the operator sets it from the
 chart's `tools.allowedNetworks`) re-allows what it names, e.g. `127.0.0.0/8` for a tool served on
 the same machine under `kuberl run`.
@@ -25,6 +26,7 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 ALLOWED_NETWORKS_ENV = "KUBERL_TOOL_ALLOWED_NETWORKS"
+NODE_IP_ENV = "KUBERL_NODE_IP"
 
 METADATA_ADDRESSES: frozenset[Address] = frozenset(ipaddress.ip_address(a) for a in (
     "169.254.169.254",  # AWS, GCP, Azure, OpenStack, ...
@@ -45,7 +47,8 @@ class NetworkSettingError(ValueError):
     """KUBERL_TOOL_ALLOWED_NETWORKS holds something that is not a CIDR."""
 
 
-def address_refusal(address: Address, allowed: Sequence[Network] = (), cluster_api: Iterable[Address] = ()) -> str | None:
+def address_refusal(address: Address, allowed: Sequence[Network] = (), cluster_api: Iterable[Address] = (),
+                    node: Iterable[Address] = ()) -> str | None:
     """Why a tool may not connect to `address` (None: it may). `allowed` re-allows what it contains."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped  # ::ffff:127.0.0.1 reaches 127.0.0.1
@@ -55,6 +58,8 @@ def address_refusal(address: Address, allowed: Sequence[Network] = (), cluster_a
         return "a cloud metadata address"
     if address in set(cluster_api):
         return "the cluster's API server"
+    if address in set(node):
+        return "the node's own address (its kubelet)"
     for network, why in _REFUSED_NETWORKS:
         if network.version == address.version and address in network:
             return why
@@ -79,15 +84,22 @@ class NetworkPolicy:
 
     allowed: tuple[Network, ...] = ()
     cluster_api: frozenset[Address] = frozenset()
+    node: frozenset[Address] = frozenset()
 
     def refusal(self, address: Address) -> str | None:
-        return address_refusal(address, self.allowed, self.cluster_api)
+        return address_refusal(address, self.allowed, self.cluster_api, self.node)
 
 
 def policy_from_environment() -> NetworkPolicy:
-    """The allow-list from the environment and the API server's addresses where this runs in a cluster."""
+    """The allow-list from the environment, and the API server's and the node's addresses where this runs in a cluster."""
+    node = set()
+    for item in os.environ.get(NODE_IP_ENV, "").replace(",", " ").split():
+        try:
+            node.add(ipaddress.ip_address(item))
+        except ValueError:
+            pass  # not an address: nothing to refuse by it
     return NetworkPolicy(parse_allowed_networks(os.environ.get(ALLOWED_NETWORKS_ENV, "")),
-                         _cluster_api_addresses(os.environ.get("KUBERNETES_SERVICE_HOST", "")))
+                         _cluster_api_addresses(os.environ.get("KUBERNETES_SERVICE_HOST", "")), frozenset(node))
 
 
 @functools.lru_cache(maxsize=4)

@@ -53,10 +53,13 @@ def test_a_bad_allow_list_names_the_variable_and_the_entry() -> None:
         parse_allowed_networks("10.0.0.0/8,loopback")
 
 
-def test_the_api_server_of_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_api_server_and_the_node_of_the_environment_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    monkeypatch.setenv("KUBERL_NODE_IP", "192.168.7.20")
     monkeypatch.delenv(ALLOWED_NETWORKS_ENV, raising=False)
     assert policy_from_environment().refusal(ip("10.96.0.1")) == "the cluster's API server"
+    assert policy_from_environment().refusal(ip("192.168.7.20")) == "the node's own address (its kubelet)"
+    assert policy_from_environment().refusal(ip("192.168.7.21")) is None
     monkeypatch.setenv(ALLOWED_NETWORKS_ENV, "10.96.0.1/32")
     assert policy_from_environment().refusal(ip("10.96.0.1")) is None
 
