@@ -145,6 +145,11 @@ class BubblewrapBackend(SandboxBackend):
     def __init__(self, bwrap: str | None = None):
         self.bwrap = bwrap or shutil.which("bwrap") or "bwrap"
 
+    def probe(self) -> str | None:
+        if shutil.which(self.bwrap) is None:
+            return f"{self.bwrap} is not installed (the bubblewrap package: apt-get install bubblewrap)"
+        return super().probe()
+
     @property
     def seccomp(self) -> bool:
         return _filter() is not None

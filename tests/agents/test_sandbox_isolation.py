@@ -27,7 +27,7 @@ def without_bubblewrap(monkeypatch):
     """This process as on a machine where bubblewrap fails (its probe's answer, as a real failed
     probe gives it), with no backend chosen yet; restored after."""
     failed = BubblewrapBackend(bwrap="/nonexistent/bwrap").probe()
-    assert failed is not None and "nonexistent" in failed
+    assert failed == "/nonexistent/bwrap is not installed (the bubblewrap package: apt-get install bubblewrap)"
     monkeypatch.setattr(isolation, "_probed", {isolation.ISOLATED: failed})
     monkeypatch.setattr(isolation, "_active", None)
     return failed
@@ -118,3 +118,12 @@ def test_the_kernel_refuses_network_and_namespaces_with_the_hook_off() -> None:
             "print('unshare', ctypes.CDLL(None, use_errno=True).unshare(0x10000000), ctypes.get_errno())")
     out = BubblewrapBackend().run({"mode": "python", "code": code, "audit_hook": False}, Limits(timeout=10.0)).output.decode()
     assert "inet 1\n" in out and "unix b'x'" in out and "unshare -1 1" in out, out
+
+
+def test_a_failed_probe_says_what_bubblewrap_said(tmp_path: Path) -> None:
+    """bwrap where the kernel refuses it a user namespace (as in a pod under the default seccomp
+    profile) prints why and exits: the probe's answer is that line."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert BubblewrapBackend(bwrap=str(fake)).probe() == "bwrap: No permissions to create new namespace"
