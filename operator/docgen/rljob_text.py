@@ -55,6 +55,7 @@ VALIDATING_TEMPLATE = """## Validating a manifest
 kuberl validate job.yaml more/*.yaml     # exit 0 when every file is valid, 1 otherwise
 kuberl validate -R manifests/            # directories, and with -R their subdirectories
 kuberl validate --local job.yaml         # for `kuberl run`: paths on this machine, no volumes needed
+kuberl validate --allow-volume-source nfs job.yaml   # against a cluster whose chart allows more (also --allow-runtime-class, --allow-control-plane-tolerations)
 ```
 
 `kuberl validate` checks every RLJob document of each file (documents of other kinds are skipped) against
@@ -101,7 +102,18 @@ def cluster_rules() -> str:
         "([trainer.exportPath](#spec.trainer.exportPath), a tracker's path) under a writable one;\n"
         "- a job that names a hub repository (`hubId`) has [spec.cache](#spec.cache);\n"
         "- without [trainer.checkpoint.claimName](#spec.trainer.checkpoint.claimName), the checkpoint path does not lie "
-        "under a read-only volumeMount.\n"
+        "under a read-only volumeMount;\n"
+        "- [volumes](#spec.volumes) use only persistentVolumeClaim, configMap, secret, emptyDir, ephemeral, projected, csi, "
+        "image and downwardAPI, unless the chart's `admission.allowedVolumeSources` adds more (hostPath, gitRepo, nfs, ...);\n"
+        "- a role's [runtimeClassName](#spec.roles.actor.runtimeClassName) is one of the chart's `admission.allowedRuntimeClasses` "
+        "(none by default);\n"
+        "- no [toleration](#spec.roles.actor.tolerations) of the control plane's taints (or of every taint, an empty key), "
+        "unless the chart's `admission.allowControlPlaneTolerations`;\n"
+        "- no [annotation](#spec.roles.actor.annotations) that sets an AppArmor or seccomp profile to `unconfined`.\n\n"
+        "The chart's admission policy refuses the same at the API server, and checks what only the cluster can: the user who "
+        "sends the RLJob may get every Secret it names, and may create pods in the namespace when it names "
+        "[serviceAccountName](#spec.serviceAccountName). `kuberl validate` lists those checks under each valid job "
+        "(\"needs the cluster: ...\").\n"
     )
 
 
