@@ -305,3 +305,14 @@ def test_kuberl_submit_leaves_the_allow_lists_to_the_cluster() -> None:
     job = parse_rljob(with_volume({"hostPath": {"path": "/srv"}}), "job.yaml")
     assert [p.path for p in cluster_problems(job, "job.yaml")] == ["spec.volumes[2].hostPath"]
     assert cluster_problems(job, "job.yaml", policy=None) == []
+
+
+def test_the_operator_takes_the_charts_allow_lists_as_flags() -> None:
+    from kuberl.operator.cli import _admission_policy, build_parser
+
+    args = build_parser().parse_args(["operator", "--allow-volume-source=hostPath", "--allow-volume-source=nfs",
+                                      "--allow-runtime-class=gvisor", "--allow-control-plane-tolerations"])
+    assert _admission_policy(args) == AdmissionPolicy(("hostPath", "nfs"), ("gvisor",), True)
+    assert _admission_policy(build_parser().parse_args(["operator"])) == AdmissionPolicy()
+    with pytest.raises(SystemExit):  # a source that no PodSpec has is refused at once
+        build_parser().parse_args(["operator", "--allow-volume-source=hostpath"])
