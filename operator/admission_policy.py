@@ -97,6 +97,8 @@ def _changed_cel() -> str:
 _UNCONFINING_CEL = "r.pods.annotations[k] == '{u}' && ({keys} || {prefixes})".format(
     u=UNCONFINED, keys=" || ".join(f"k == '{k}'" for k in PROFILE_ANNOTATION_KEYS),
     prefixes=" || ".join(f"k.startsWith('{p}')" for p in PROFILE_ANNOTATION_PREFIXES))
+_SANDBOX = f"{_SPEC}.rollout.multiTurn.sandbox"
+_SANDBOX_GUARD = "!(" + " && ".join(f"has({_SANDBOX.rsplit('.', n)[0]})" for n in (2, 1, 0)) + f" && has({_SANDBOX}.runtimeClassName))"
 # An empty key is refused by the schema already; judged here as what it would mean, every taint.
 _CONTROL_PLANE_CEL = f"!has(t.key) || t.key == '' || t.key in {_cel_list(CONTROL_PLANE_TAINTS)}"
 
@@ -130,6 +132,15 @@ def policy() -> dict[str, Any]:
                                  "variables.allowedRuntimeClasses)).map(r, r.name).join(', ') + '.runtimeClassName: not an allowed RuntimeClass "
                                  "(allowed: ' + (size(variables.allowedRuntimeClasses) == 0 ? 'none' : variables.allowedRuntimeClasses.join(', ')) "
                                  f"+ '); the cluster admin may add it to the chart value {VALUE_RUNTIME_CLASSES}'",
+            "reason": "Forbidden",
+        },
+        {
+            # The tool sandbox pods' RuntimeClass (a gVisor or Kata class, typically), under the same allow-list.
+            "expression": f"{_SANDBOX_GUARD} || {_SANDBOX}.runtimeClassName in variables.allowedRuntimeClasses",
+            "messageExpression": f"'spec.rollout.multiTurn.sandbox.runtimeClassName: ' + {_SANDBOX}.runtimeClassName + ' is not an allowed "
+                                 "RuntimeClass (allowed: ' + (size(variables.allowedRuntimeClasses) == 0 ? 'none' : "
+                                 f"variables.allowedRuntimeClasses.join(', ')) + '); the cluster admin may add it to the chart value "
+                                 f"{VALUE_RUNTIME_CLASSES}'",
             "reason": "Forbidden",
         },
         {

@@ -243,7 +243,7 @@ def static_verdicts(doc: dict[str, Any], allowed: AdmissionPolicy) -> list[bool]
         if "authorizer" not in variable["expression"]:
             variables[variable["name"]] = evaluate(variable["expression"], {**activation, "variables": _cel(variables)})
     static = [v for v in rendered["validations"] if "authorizer" not in v["expression"] and "mayGetEverySecret" not in v["expression"]]
-    assert len(static) == 4
+    assert len(static) == 5
     return [bool(evaluate(v["expression"], {**activation, "variables": _cel(variables)}))
             for v in static]
 
@@ -316,3 +316,10 @@ def test_the_operator_takes_the_charts_allow_lists_as_flags() -> None:
     assert _admission_policy(build_parser().parse_args(["operator"])) == AdmissionPolicy()
     with pytest.raises(SystemExit):  # a source that no PodSpec has is refused at once
         build_parser().parse_args(["operator", "--allow-volume-source=hostpath"])
+
+
+def test_the_policy_holds_the_tool_sandbox_pods_runtime_class_to_the_same_allow_list() -> None:
+    doc = base()
+    doc["spec"]["rollout"]["multiTurn"] = {"sandbox": {"runtimeClassName": "kata"}}  # what the API server passes on
+    assert static_verdicts(doc, AdmissionPolicy()) == [True, True, False, True, True]
+    assert all(static_verdicts(doc, AdmissionPolicy(allowed_runtime_classes=("gvisor", "kata"))))
