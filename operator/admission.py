@@ -119,6 +119,13 @@ def admission_problems(job: RLJob, source: str, policy: AdmissionPolicy = Admiss
                 problems.append(Problem(source, f"{where}.tolerations[{i}]", f"tolerates {what}, which puts the job's pods on the "
                                         f"control plane's nodes: tolerate your GPU pool's own taints, or ask the cluster admin "
                                         f"to set the chart value {VALUE_CONTROL_PLANE}"))
+    multi_turn = spec.rollout.multi_turn if spec.rollout is not None else None
+    sandbox_class = multi_turn.sandbox.runtime_class_name if multi_turn is not None else None
+    if sandbox_class is not None and sandbox_class not in policy.allowed_runtime_classes:  # the tool sandbox pods'
+        allowed = ", ".join(policy.allowed_runtime_classes) or "none"
+        problems.append(Problem(source, "spec.rollout.multiTurn.sandbox.runtimeClassName", f"RuntimeClass {sandbox_class} is "
+                                f"not allowed (allowed: {allowed}): leave it out, or ask the cluster admin to add it to the "
+                                f"chart value {VALUE_RUNTIME_CLASSES}"))
     return problems
 
 

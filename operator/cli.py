@@ -185,6 +185,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return worker_main()
 
 
+def _cmd_sandbox_serve(args: argparse.Namespace) -> int:
+    from kuberl.engine.agents.sandbox_server import serve
+
+    return serve(args.port, host=args.host, scratch=args.scratch, wipe_also=tuple(args.wipe), backend=args.backend)
+
+
 def _cmd_initialize(args: argparse.Namespace) -> int:
     from kuberl.engine.hub.initializer import main as initialize_main  # huggingface_hub: the trainer image's
 
@@ -241,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "worker", help="run one rank of a job (the pod command; reads KUBERL_CONFIG, RANK, WORLD_SIZE, MASTER_ADDR, ...)",
     ).set_defaults(func=_cmd_worker)
+    sandbox = sub.add_parser(
+        "sandbox-serve", help="serve a job's tool calls, one at a time, over HTTP (the sandbox pod's command)",
+        description="Run the python and function tool calls of a job's trainers, one at a time, each with the best "
+        "isolation this pod allows (bubblewrap, else a plain process: the pod is the boundary); after each call every "
+        "other process of this server's tree is killed and the scratch folders are emptied.",
+    )
+    sandbox.add_argument("--port", type=int, required=True, help="the port to serve on (0: any free one)")
+    sandbox.add_argument("--host", default="0.0.0.0", help="the address to listen on (default 0.0.0.0)")
+    sandbox.add_argument("--scratch", help="the calls' scratch root, emptied after each call (default $TMPDIR or /tmp)")
+    sandbox.add_argument("--wipe", action="append", default=[], help="another folder emptied after each call (repeatable; a pod's /dev/shm)")
+    sandbox.add_argument("--backend", default="auto", choices=("auto", "bubblewrap", "process"),
+                         help="auto (default): bubblewrap where it works here, else a plain process")
+    sandbox.set_defaults(func=_cmd_sandbox_serve)
 
     sub.add_parser(
         "initialize",

@@ -11,6 +11,8 @@ For a job named J in namespace N the operator keeps:
   names a hub repository: it fills the cache once, before the first trainer pod (initializer_job.py).
 - NetworkPolicy J (unless the chart turns it off): only the job's own trainer pods reach its pods, and
   the chart's Prometheus its metrics port (network_policy.py).
+- Deployment, Service and NetworkPolicy J-sandbox when the job's tools run code (python, functions
+  of a file): the pods those calls run in, outside the trainers (sandbox_pods.py).
 - JobSet J: one replicated job per role with pods of its own, each an indexed Job (jobset.py,
   pod_spec.py); Kueue admits it whole when the job names a LocalQueue.
 Every object carries the label kuberl.dev/job (pods also kuberl.dev/role) and an owner reference to
@@ -30,6 +32,7 @@ from .children import CONFIG_FILE, LABEL_JOB, OperatorSettings, Owner, child_nam
 from .initializer_job import initializer_job, needs_initializer
 from .jobset import jobset
 from .network_policy import network_policy
+from .sandbox_pods import sandbox_objects
 
 @dataclass(frozen=True)
 class Plan:
@@ -156,9 +159,10 @@ def plan(job: RLJob, uid: str, settings: OperatorSettings = OperatorSettings(),
         support.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(child_name(name, "cache")),
                         "spec": claim_spec})
 
+    own_pods = [role for role, topo in config.roles.items() if topo.colocated_with is None]
     if settings.network_policy:
-        own_pods = [role for role, topo in config.roles.items() if topo.colocated_with is None]
         support.append(network_policy(owner, own_pods, config.metrics_port, settings.metrics_peers))
+    support += sandbox_objects(job, settings, owner, own_pods)  # tool code's pods (sandbox_pods.py)
 
     initializer = initializer_job(job, settings, owner) if needs_initializer(job) else None
     children = jobset(job, config, settings, owner, restarts_before=restarts_before, preemptions_before=preemptions_before)

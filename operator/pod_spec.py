@@ -14,6 +14,7 @@ from .api import GPU_RESOURCE, MASTER_PORT, RLJob
 from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
 from .cluster_rules import checkpoint_mount
 from .children import CONFIG_FILE, JOBSET_RESTART_LABEL, LABEL_JOB, LABEL_ROLE, TRAINER_UID, OperatorSettings, Owner, child_name
+from .sandbox_address import sandbox_env
 
 SHM_VOLUME = f"{RESERVED_VOLUME_PREFIX}shm"
 CONFIG_VOLUME = f"{RESERVED_VOLUME_PREFIX}config"
@@ -121,6 +122,7 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         # The root filesystem is read-only: caches (vLLM, torch, matplotlib, a converted GGUF) go to /tmp.
         {"name": "HOME", "value": "/tmp"},
     ]
+    env += sandbox_env(job, namespace)  # where tool calls run: the job's sandbox pods (sandbox_pods.py)
     claim = cache_claim(job)
     if claim is not None:
         env += hub_env(offline=True) + hub_endpoint_env(job, settings)

@@ -1,6 +1,8 @@
 """Which sandbox backend runs this process's tool calls, chosen once at the start of a run.
 
-bubblewrap when a probe call works here; otherwise a job with python or function tools does not
+On a cluster, where the operator gives the trainer pods KUBERL_SANDBOX_URL, the job's sandbox pods
+(sandbox_pod.py): tool code never runs in the trainer's pod. Elsewhere, bubblewrap when a probe
+call works here; otherwise a job with python or function tools does not
 start, unless it sets rollout.multiTurn.allowUnisolatedTools, which runs them in plain child
 processes (the process backend). The choice is logged once.
 """
@@ -8,17 +10,21 @@ processes (the process backend). The choice is logged once.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from . import sandbox_bwrap as _bwrap  # noqa: F401  (registers the backends)
+from . import sandbox_pod as _pod  # noqa: F401
 from . import sandbox_process as _process  # noqa: F401
 from .sandbox import SANDBOX_BACKENDS, Limits, Outcome, SandboxBackend
+from .sandbox_protocol import SANDBOX_URL_ENV
 
 log = logging.getLogger("kuberl.engine")
 ISOLATED = "bubblewrap"
 UNISOLATED = "process"
+REMOTE = "pod"
 
 
 class IsolationUnavailable(RuntimeError):
@@ -47,6 +53,16 @@ def decide(problem: str | None, allow_unisolated: bool) -> Choice:
                         "child processes that can read what the trainer can (only for code you trust)")
 
 
+def decide_remote(url: str, problem: str | None) -> Choice:
+    """The job's sandbox pods at `url`, given why they do not answer (None: they do)."""
+    if problem is None:
+        return Choice(REMOTE, f"tool calls run in the job's sandbox pods ({url})")
+    return Choice(None, f"rollout.multiTurn.tools: the python and function tools run in the job's sandbox pods "
+                        f"({url}), which did not answer: {problem}. See them with kubectl get pods -l "
+                        "kuberl.dev/sandbox=<job> and kubectl describe (a RuntimeClass that does not exist, too little "
+                        "CPU or memory for them, an image that cannot be pulled)")
+
+
 _lock = threading.Lock()
 _probed: dict[str, str | None] = {}
 _active: SandboxBackend | None = None
@@ -64,7 +80,8 @@ def choose_sandbox(allow_unisolated: bool = False) -> SandboxBackend:
     """The backend of this run's tool calls (probing and logging on the first call); raises
     IsolationUnavailable with what to do when there is none."""
     global _active
-    choice = decide(probe(ISOLATED), allow_unisolated)
+    url = os.environ.get(SANDBOX_URL_ENV)
+    choice = decide_remote(url, probe(REMOTE)) if url else decide(probe(ISOLATED), allow_unisolated)
     if choice.backend is None:
         raise IsolationUnavailable(choice.message)
     with _lock:

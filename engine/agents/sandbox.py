@@ -59,6 +59,8 @@ class Outcome:
     returncode: int | None = None
     timed_out: bool = False
     seconds: float = 0.0
+    error: str | None = None
+    """Why the call did not run at all (a sandbox pod that could not be reached), in words."""
 
     @property
     def printed_too_much(self) -> bool:
@@ -66,6 +68,8 @@ class Outcome:
 
     def death(self) -> str | None:
         """Why the child ended without a reply, in words (None when it replied)."""
+        if self.error is not None:
+            return self.error
         if self.reply:
             return None
         if self.timed_out:

@@ -13,6 +13,8 @@ from .base import LocalPath, Rule, SpecModel, pattern
 # The engine's built-in tools (kuberl.engine.agents registers them under these names); the names are
 # part of the API, so they live here, as the reward rules' do.
 BUILTIN_TOOLS = ("calculator", "python")
+CODE_TOOLS = ("python",)
+"""The built-ins whose calls run code (in the tool sandbox), as functions of a file do."""
 
 _NAME = pattern(r"^[A-Za-z_][A-Za-z0-9_-]*$", "a tool name: letters, digits, '_' and '-', not starting with a digit or '-'")
 _FUNCTION = pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "a Python function name")
@@ -78,6 +80,38 @@ class ToolSpec(SpecModel):
         """builtin, function or http: which of the engine's tool kinds builds it."""
         return "http" if self.url is not None else "function" if self.path is not None else "builtin"
 
+    @property
+    def runs_code(self) -> bool:
+        """Whether its calls run code in the tool sandbox (python, and functions of a file)."""
+        return self.kind == "function" or (self.kind == "builtin" and self.name in CODE_TOOLS)
+
+
+_QUANTITY = pattern(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE])?$",
+                    "a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
+_SUBDOMAIN = pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+                     "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'")
+
+
+class ToolSandboxSpec(SpecModel):
+    """On a cluster, the python and function tools of a job run in sandbox pods of the job, outside
+    the trainer pods: no ServiceAccount token, none of the trainer's environment, secrets or volumes,
+    a read-only root with an emptyDir scratch, no egress. Under `kuberl run` this section changes nothing."""
+
+    pods: bool = True
+    """Run the tool calls in sandbox pods (the default whenever the job has a python or function tool).
+    false: in the trainer pod itself, under bubblewrap where the pod allows user namespaces, else only
+    with allowUnisolatedTools."""
+    replicas: int = Field(default=2, ge=1, le=256)
+    """Sandbox pods; each runs one call at a time (a call waits for a free one)."""
+    runtime_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=_SUBDOMAIN)
+    """The sandbox pods' RuntimeClass, e.g. gVisor's (one the chart allows: admission.allowedRuntimeClasses)."""
+    cpu: str = Field(default="1", min_length=1, max_length=32, pattern=_QUANTITY)
+    """CPU of each sandbox pod (request and limit)."""
+    memory: str = Field(default="1Gi", min_length=1, max_length=32, pattern=_QUANTITY)
+    """Memory of each sandbox pod (request and limit): more than the tools' memoryMb."""
+    scratch_size: str = Field(default="1Gi", min_length=1, max_length=32, pattern=_QUANTITY)
+    """The size limit of each sandbox pod's scratch volume (an emptyDir, emptied after every call)."""
+
 
 class MultiTurnSpec(SpecModel):
     """Trajectories of several turns: the policy writes, calls tools, reads their results and goes on;
@@ -106,6 +140,8 @@ class MultiTurnSpec(SpecModel):
     lacks), run them anyway in plain child processes of the trainer: the model's code can then read
     what the trainer can (its files, its ServiceAccount token) and reach what it can. Only for tools
     and models you trust; without it such a job does not start there."""
+    sandbox: ToolSandboxSpec = ToolSandboxSpec()
+    """Where the python and function tools run on a cluster: sandbox pods of the job (the default)."""
 
     RULES = (
         Rule(

@@ -1,0 +1,115 @@
+"""The sandbox pods of a job whose tools run code (python, functions of a file): planned here, pure.
+
+Tool code is written by the model, so it runs outside the trainer pods, in pods that hold nothing
+worth taking: no ServiceAccount token, none of the trainer's environment, secrets or volumes (the
+function's source travels with each call), no Service links, the trainer pods' restricted security
+context, a read-only root with a size-limited emptyDir as scratch, and an optional RuntimeClass
+(gVisor, Kata) for a kernel of their own. Each pod runs `kuberl sandbox-serve` (engine/agents/
+sandbox_server.py): one call at a time, every process of a call killed and its scratch emptied after it.
+
+For a job J in namespace N: Deployment J-sandbox (its pods carry kuberl.dev/sandbox=J and not the
+job's label, so the job's Service, NetworkPolicy and status never count them), headless Service
+J-sandbox (the trainers' KUBERL_SANDBOX_URL resolves to every ready pod), and NetworkPolicy
+J-sandbox: ingress only from the job's trainer pods to the sandbox port, no egress at all.
+
+A Deployment rather than a replicated job of the JobSet: a sandbox pod that is lost (its node
+drained, OOM-killed by a tool) is replaced on its own, while the trainers go on (their calls go to
+the other replicas meanwhile); in the JobSet, a failed sandbox pod would fail its Job and restart
+the whole gang from the last checkpoint. The cost: Kueue does not admit the sandbox pods with the
+job, so their (small, CPU-only) requests are outside the queue's quota.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .api import RLJob
+from .children import LABEL_MANAGED_BY, MANAGER, OperatorSettings, Owner
+from .network_policy import API_VERSION as NETWORK_POLICY_API_VERSION, trainer_peer
+from .pod_spec import CONTAINER_SECURITY, POD_SECURITY, trainer_image
+from .sandbox_address import LABEL_SANDBOX, SANDBOX_PORT, multi_turn, sandbox_name, wants_sandbox_pods
+
+SCRATCH_VOLUME = "kuberl-scratch"
+SCRATCH_DIR = "/tmp"
+CONTAINER = "sandbox"
+
+
+def pod_labels(job_name: str) -> dict[str, str]:
+    return {LABEL_SANDBOX: job_name, LABEL_MANAGED_BY: MANAGER}
+
+
+def deployment(job: RLJob, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    spec = multi_turn(job)
+    assert spec is not None
+    box = spec.sandbox
+    resources = {"cpu": box.cpu, "memory": box.memory}
+    container = {
+        "name": CONTAINER,
+        "image": trainer_image(job, settings),
+        "imagePullPolicy": job.spec.image_pull_policy or settings.image_pull_policy,
+        # PID 1 of the container: after each call every other process in it is a call's, and is killed.
+        "command": ["kuberl", "sandbox-serve", "--port", str(SANDBOX_PORT), "--scratch", SCRATCH_DIR, "--wipe", "/dev/shm"],
+        "env": [{"name": "HOME", "value": SCRATCH_DIR}, {"name": "TMPDIR", "value": SCRATCH_DIR}],
+        "ports": [{"name": "sandbox", "containerPort": SANDBOX_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": SANDBOX_PORT}, "periodSeconds": 5, "timeoutSeconds": 5},
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": [{"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR}],
+        "securityContext": CONTAINER_SECURITY,
+    }
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # no variables naming the namespace's Services
+        "securityContext": POD_SECURITY,
+        "containers": [container],
+        "volumes": [{"name": SCRATCH_VOLUME, "emptyDir": {"sizeLimit": box.scratch_size}}],
+    }
+    if box.runtime_class_name:
+        pod["runtimeClassName"] = box.runtime_class_name
+    if job.spec.image_pull_secrets:  # read by the kubelet to pull the image; never mounted into the pod
+        pod["imagePullSecrets"] = [{"name": s.name} for s in job.spec.image_pull_secrets]
+    name = owner.name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": owner.meta(sandbox_name(name)),
+        "spec": {
+            "replicas": box.replicas,
+            "selector": {"matchLabels": {LABEL_SANDBOX: name}},
+            "template": {"metadata": {"labels": pod_labels(name)}, "spec": pod},
+        },
+    }
+
+
+def service(owner: Owner) -> dict[str, Any]:
+    """Headless: the name resolves to each ready sandbox pod, and the client spreads calls over them."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.meta(sandbox_name(owner.name)),
+        "spec": {"clusterIP": "None", "selector": {LABEL_SANDBOX: owner.name},
+                 "ports": [{"name": "sandbox", "port": SANDBOX_PORT, "targetPort": SANDBOX_PORT}]},
+    }
+
+
+def network_policy(owner: Owner, trainer_roles: list[str]) -> dict[str, Any]:
+    """Only the job's trainer pods reach the sandbox port; the sandbox pods reach nothing (Egress
+    with no rule: not the API server, not DNS, not the trainers, not the internet)."""
+    return {
+        "apiVersion": NETWORK_POLICY_API_VERSION,
+        "kind": "NetworkPolicy",
+        "metadata": owner.meta(sandbox_name(owner.name)),
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_SANDBOX: owner.name}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [trainer_peer(owner.name, trainer_roles)], "ports": [{"protocol": "TCP", "port": SANDBOX_PORT}]}],
+            "egress": [],
+        },
+    }
+
+
+def sandbox_objects(job: RLJob, settings: OperatorSettings, owner: Owner, trainer_roles: list[str]) -> list[dict[str, Any]]:
+    """The job's sandbox Deployment, Service and NetworkPolicy (none when its tools run no code).
+    The NetworkPolicy is there even where the chart turns the jobs' own off: it is the sandbox's wall."""
+    if not wants_sandbox_pods(job):
+        return []
+    return [deployment(job, settings, owner), service(owner), network_policy(owner, trainer_roles)]
