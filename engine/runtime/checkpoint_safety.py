@@ -36,7 +36,7 @@ def load_part(path: Path) -> dict[str, Any]:
     """One rank's part: tensors and the allow-listed values only, or CheckpointError naming `path`."""
     try:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
-            state = torch.load(path, weights_only=True, map_location="cpu")
+            state = torch.load(path, weights_only=True)  # tensors back on the device they were saved from, as before
     except pickle.UnpicklingError as exc:
         refused = _refused_globals(path)
         what = f"it names code to run while loading ({', '.join(refused)})" if refused else f"it is not a safe checkpoint ({_first_line(exc)})"
