@@ -11,8 +11,10 @@ thousand of them, which slow the API server for Kueue and JobSet too. So a recon
 RLJob itself from the API, and the children and Kueue's Workloads from the cache (child_reader.py; the state the
 watches last reported, as controller-runtime's informers do; a change not yet seen there enqueues
 the job again when it arrives, so what `decide` sees converges). It applies the support objects
-(Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim) side by side and only
-when needed (Reconciler._apply_support), and ignores the watch event of its own status write.
+(Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim, the NetworkPolicy) side by
+side and only when needed (Reconciler._apply_support), and ignores the watch event of its own status write.
+Whatever it is about to write it first looks up by name, and it writes none of it while any name is held
+by an object the RLJob does not control (ownership.py; the job then shows NameConflict).
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ from .cluster_rules import cluster_problems
 from .manifest import ManifestError, parse_rljob
 from .children import MANAGER, OperatorSettings
 from .jobset import API_VERSION as JOBSET_API_VERSION
+from .ownership import ObjectKey, name_conflicts
+from .ownership import key as object_key
 from .planner import plan
 from .reconcile import TERMINAL, Decision, decide
+from .reconcile.conflicts import with_name_conflicts
 
 log = logging.getLogger("kuberl.operator")
 
@@ -143,20 +148,22 @@ class Reconciler:
             return None
         observed = self.reader.observe(job, namespace, name)
         decision = decide(job, observed, datetime.now(timezone.utc))
-        if not self.apply_unless_gone(raw, job, decision):
+        applied = self.apply_unless_gone(raw, job, decision)
+        if applied is None:
             return GONE_RETRY_SECONDS
+        decision = applied
         self.metrics.observe_phase(key, decision.status.phase)
         return decision.requeue_after
 
     # --- writing ---------------------------------------------------------------------------
 
-    def apply_unless_gone(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> bool:
-        """Write the decision; False when something went away under the write (404), which is a
-        race, not a failure: the RLJob was deleted after it was read and the garbage collector
+    def apply_unless_gone(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> Decision | None:
+        """Write the decision; returns what was written (the decision, less what a NameConflict held back).
+        None when something went away under the write (404), which is a race, not a failure: the RLJob was deleted after it was read and the garbage collector
         took a child being applied, or the namespace is gone. The caller looks again (a deleted
         job then ends at reconcile's first read)."""
         try:
-            self._apply(raw, job, decision)
+            return self._apply(raw, job, decision)
         except ApiException as exc:  # the dynamic client's errors are ApiExceptions too
             if exc.status != 404:
                 raise
@@ -166,10 +173,9 @@ class Reconciler:
             except (TypeError, ValueError, AttributeError):
                 said = exc.reason
             log.info("%s/%s: an object went away while applying (%s); looking again", meta["namespace"], meta["name"], said)
-            return False
-        return True
+        return None
 
-    def _apply(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> None:
+    def _apply(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> Decision:
         namespace, name, uid = raw["metadata"]["namespace"], raw["metadata"]["name"], raw["metadata"]["uid"]
         desired = plan(job, uid=uid, settings=self.settings, initialized=decision.status.initialization,
                        restarts_before=decision.status.restarts, preemptions_before=decision.status.preemptions)
@@ -178,16 +184,29 @@ class Reconciler:
         # being made. The status beside the support objects when the decision deletes a child (it records a
         # restart before any pod is deleted for it) or makes none, and after the children it makes (a status
         # saying Initializing or Pending has its initializer or JobSet there).
+        key = (namespace, name)
+        due = None
+        if decision.status.phase not in TERMINAL:
+            due = self._support_due(key, uid, desired.support, force=decision.create_jobset or decision.create_initializer)
+        else:
+            self.forget_support(key)
+        # Nothing is written over an object this RLJob does not control: every name about to be written is
+        # looked up first (only when something is to be written: not at every reconcile).
+        writing = [*(desired.support if due else []), *([desired.jobset] if decision.create_jobset else []),
+                   *([desired.initializer] if decision.create_initializer and desired.initializer is not None else [])]
+        found = self._look_up(namespace, writing) if writing else {}
+        if writing:
+            conflicts = name_conflicts(writing, found, uid)
+            decision = with_name_conflicts(decision, conflicts, datetime.now(timezone.utc))
+            if conflicts:
+                due = None
         write_status = job.status != decision.status
         late = not decision.delete and (decision.create_jobset or (decision.create_initializer and desired.initializer is not None))
         status = self._io.submit(self._write_status, raw, decision) if write_status and not late else None
         support_done: Callable[[], None] | None = None
         try:
-            if decision.status.phase not in TERMINAL:
-                support_done = self._apply_support((namespace, name), uid, desired.support,
-                                                   force=decision.create_jobset or decision.create_initializer)
-            else:
-                self.forget_support((namespace, name))
+            if due is not None:
+                support_done = self._apply_support(key, uid, desired.support, found, due)
         finally:
             if status is not None:
                 status.result()
@@ -211,34 +230,73 @@ class Reconciler:
         if decision.delete_rljob:
             log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the RLJob", namespace, name)
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        return decision
 
-    def _apply_support(self, key: Key, uid: str, support: list[dict[str, Any]], force: bool) -> Callable[[], None] | None:
-        """Server-side apply the support objects, side by side, unless this process applied the very same
+    def _support_due(self, key: Key, uid: str, support: list[dict[str, Any]], force: bool) -> tuple[str, float] | None:
+        """(digest, time) when the support objects are to be applied: unless this process applied the very same
         ones for this RLJob less than SUPPORT_RESYNC_SECONDS ago; always before a child is made. Level-based
         still: what is compared is the desired objects, and a new process (a restart, an upgrade) remembers
-        nothing, so it applies every job's once.
-
-        Returns once all but the RoleBindings are applied (or None when nothing is to apply): the API server
-        checks that whoever binds a Role holds its rights (unless it may `bind`) and answers 404 while the
-        Role is not there, so they go after the rest, while the caller goes on. Its answer, called, waits for
-        them (and raises their failure)."""
+        nothing, so it applies every job's once."""
         digest = hashlib.sha256(json.dumps(support, sort_keys=True).encode()).hexdigest()
         now = time.monotonic()
         with self._support_lock:
             last = self._support.get(key)
         if not force and last is not None and last[:2] == (uid, digest) and now - last[2] < SUPPORT_RESYNC_SECONDS:
             return None
-        for applying in [self._io.submit(self._server_side_apply, obj) for obj in support if obj["kind"] != "RoleBinding"]:
-            applying.result()  # the first failure (a 404 included) is the reconcile's
-        bindings = [self._io.submit(self._server_side_apply, obj) for obj in support if obj["kind"] == "RoleBinding"]
+        return digest, now
+
+    def _apply_support(self, key: Key, uid: str, support: list[dict[str, Any]], found: dict[ObjectKey, dict[str, Any] | None],
+                       due: tuple[str, float]) -> Callable[[], None]:
+        """Write the support objects side by side: create those absent, server-side apply those this RLJob
+        controls (`found`: what each name held when looked up; name_conflicts has ruled out the rest).
+
+        Returns once all but the RoleBindings are written: the API server checks that whoever binds a Role
+        holds its rights (unless it may `bind`) and answers 404 while the Role is not there, so they go after
+        the rest, while the caller goes on. Its answer, called, waits for them (and raises their failure)."""
+        first = [self._io.submit(self._write_child, obj, found.get(object_key(obj))) for obj in support if obj["kind"] != "RoleBinding"]
+        written = all([writing.result() for writing in first])  # the first failure (a 404 included) is the reconcile's
+        bindings = [self._io.submit(self._write_child, obj, found.get(object_key(obj))) for obj in support
+                    if obj["kind"] == "RoleBinding"]
 
         def done() -> None:
-            for applying in bindings:
-                applying.result()
-            with self._support_lock:
-                self._support[key] = (uid, digest, now)
+            if all([writing.result() for writing in bindings]) and written:  # else: a name taken since: look again
+                with self._support_lock:
+                    self._support[key] = (uid, *due)
 
         return done
+
+    def _look_up(self, namespace: str, objects: list[dict[str, Any]]) -> dict[ObjectKey, dict[str, Any] | None]:
+        """What the API holds under each object's kind and name (None: nothing), read side by side."""
+        def get(obj: dict[str, Any]) -> dict[str, Any] | None:
+            resource = self._resource(obj["apiVersion"], obj["kind"])
+            try:
+                return resource.get(name=obj["metadata"]["name"], namespace=namespace).to_dict()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return None
+
+        reads = {object_key(obj): self._io.submit(get, obj) for obj in objects}
+        return {k: r.result() for k, r in reads.items()}
+
+    def _write_child(self, obj: dict[str, Any], existing: dict[str, Any] | None) -> bool:
+        """Create `obj` when its name was free (a 409 then means someone took it since: the next look-up sees
+        whose it is), else server-side apply it, conditional on the uid looked up: an object deleted and made
+        again by someone else in between is refused (409), never written over. False: it was not written."""
+        resource = self._resource(obj["apiVersion"], obj["kind"])
+        namespace = obj["metadata"]["namespace"]
+        if existing is None:
+            try:
+                resource.create(body=obj, namespace=namespace, field_manager=MANAGER)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                return False
+            return True
+        body = {**obj, "metadata": {**obj["metadata"], "uid": existing["metadata"]["uid"]}}
+        resource.server_side_apply(body=body, name=obj["metadata"]["name"], namespace=namespace,
+                                   field_manager=MANAGER, force_conflicts=True)
+        return True
 
     def _resource(self, api_version: str, kind: str) -> Any:
         """The dynamic client's resource, looked up once: its discovery cache is not safe to fill from
@@ -250,13 +308,6 @@ class Reconciler:
                 if found is None:
                     found = self._resources[(api_version, kind)] = self.dynamic.resources.get(api_version=api_version, kind=kind)
         return found
-
-    def _server_side_apply(self, obj: dict[str, Any]) -> None:
-        resource = self._resource(obj["apiVersion"], obj["kind"])
-        resource.server_side_apply(
-            body=obj, name=obj["metadata"]["name"], namespace=obj["metadata"]["namespace"],
-            field_manager=MANAGER, force_conflicts=True,
-        )
 
     def _write_status(self, raw: dict[str, Any], decision: Decision) -> None:
         body = {

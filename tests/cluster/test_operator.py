@@ -268,7 +268,7 @@ def test_an_object_gone_while_applying_is_a_race_not_a_failure(control_plane, op
     with pytest.raises(ApiException) as gone:
         reconciler._apply(raw, job, decision)
     assert gone.value.status == 404
-    assert reconciler.apply_unless_gone(raw, job, decision) is False
+    assert reconciler.apply_unless_gone(raw, job, decision) is None
 
 
 def test_progress_reaches_the_status_through_the_trainers_one_configmap(control_plane, operator) -> None:

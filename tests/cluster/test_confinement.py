@@ -1,0 +1,66 @@
+"""The operator confined, on a real control plane: it writes no object it does not control, and every job
+gets its NetworkPolicy (the operator runs with the chart's rules, tests/cluster/conftest.py)."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from kuberl.operator.testing.rljobs import create, eventually, get, jobsets, live_pods, new_namespace, small_job, wait_phase
+
+
+def _condition(plane, ns: str, name: str, kind: str) -> dict | None:
+    conditions = (get(plane, ns, name).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), None)
+
+
+def test_a_child_name_held_by_another_object_is_left_untouched_and_the_job_says_name_conflict(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "clash")
+    core = client.CoreV1Api(plane.api_client())
+    # Another tenant's objects that happen to have the names the job's Service and engine config would take.
+    theirs_cm = core.create_namespaced_config_map(ns, {"metadata": {"name": "clash-config"}, "data": {"owner": "someone else"}})
+    theirs_svc = core.create_namespaced_service(ns, {"metadata": {"name": "clash"},
+                                                     "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}})
+    create(plane, ns, small_job("clash"))
+
+    held = eventually(lambda: (c := _condition(plane, ns, "clash", "NameConflict")) and c["status"] == "True" and c, 60,
+                      "the NameConflict condition")
+    assert "ConfigMap/clash-config exists and is not controlled by this RLJob" in held["message"]
+    assert "Service/clash exists and is not controlled by this RLJob" in held["message"]
+    assert get(plane, ns, "clash")["status"]["phase"] == "Pending"
+    # Left untouched: same data, same resourceVersion, no owner; and nothing of the job was made.
+    cm, svc = core.read_namespaced_config_map("clash-config", ns), core.read_namespaced_service("clash", ns)
+    assert cm.data == {"owner": "someone else"} and cm.metadata.resource_version == theirs_cm.metadata.resource_version
+    assert svc.metadata.resource_version == theirs_svc.metadata.resource_version and svc.spec.selector == {"app": "theirs"}
+    assert not cm.metadata.owner_references and not svc.metadata.owner_references
+    assert jobsets(plane, ns) == [] and not live_pods(plane, ns, "clash")
+    assert [m.metadata.name for m in core.list_namespaced_config_map(ns, label_selector="kuberl.dev/job=clash").items] == []
+
+    # The owner takes them away: the job goes on, and the condition says the names are free.
+    core.delete_namespaced_config_map("clash-config", ns)
+    core.delete_namespaced_service("clash", ns)
+    wait_phase(plane, ns, "clash", "Running", timeout=90)
+    assert _condition(plane, ns, "clash", "NameConflict")["status"] == "False"
+    mine = core.read_namespaced_config_map("clash-config", ns)
+    assert mine.metadata.owner_references[0].uid == get(plane, ns, "clash")["metadata"]["uid"]
+
+
+def test_every_job_has_a_network_policy_over_its_pods(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "netpol")
+    create(plane, ns, small_job("fenced"))
+    wait_phase(plane, ns, "fenced", "Running")
+    policy = client.NetworkingV1Api(plane.api_client()).read_namespaced_network_policy("fenced", ns)
+    assert policy.metadata.owner_references[0].uid == get(plane, ns, "fenced")["metadata"]["uid"]
+    assert policy.spec.policy_types == ["Ingress"]
+    selected = client.CoreV1Api(plane.api_client()).list_namespaced_pod(
+        ns, label_selector=",".join(f"{k}={v}" for k, v in policy.spec.pod_selector.match_labels.items())).items
+    trainers = live_pods(plane, ns, "fenced")
+    assert len(trainers) == 2 and {p.metadata.name for p in trainers} <= {p.metadata.name for p in selected}
+    [peer] = policy.spec.ingress[0]._from
+    [expression] = peer.pod_selector.match_expressions
+    assert peer.namespace_selector is None and peer.pod_selector.match_labels == {"kuberl.dev/job": "fenced"}
+    assert (expression.key, expression.operator, expression.values) == ("kuberl.dev/role", "In", ["actor"])
+    assert all(p.metadata.labels["kuberl.dev/role"] == "actor" for p in trainers)
+    # The token: mounted in the actor's pods (the controller rank writes progress), asked for by the plan.
+    assert all(p.spec.automount_service_account_token is True for p in trainers)
