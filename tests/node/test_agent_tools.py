@@ -3,7 +3,8 @@
 A pod of the trainer image serves POST /add (JSON in, JSON out) behind a Service; the RLJob's
 multi-turn rollout names it by its Service's DNS name. The tiny model writes no tool calls of its
 own, so the job's environment (a plug-in file on the job's claim) calls the tools every turn: the HTTP
-tool, and the python tool in the sandbox of the trainer pod (non-root, read-only root filesystem).
+tool, and the python tool in the sandbox of the trainer pod (non-root, read-only root filesystem;
+the job turns its sandbox pods off).
 The job succeeds with every call answered (no tool errors), and the server's log has the calls.
 """
 
@@ -105,9 +106,11 @@ def test_an_http_tool_in_a_pod_is_called_by_a_trainer_pod(real_node, operator_re
         "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
         "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/call_tools.py"}]},
         "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20,
-                    # The pod runs under the runtime's default seccomp profile, which refuses the user
+                    # The python tool in the trainer pod itself (sandbox.pods: false; test_sandbox_pods.py runs it in
+                    # sandbox pods). The pod runs under the runtime's default seccomp profile, which refuses the user
                     # namespaces bubblewrap needs: the python tool runs unisolated, as the job allows.
                     "multiTurn": {"environment": "call_tools", "maxTurns": 2, "maxTotalTokens": 200, "allowUnisolatedTools": True,
+                                  "sandbox": {"pods": False},
                                   "tools": [{"name": "add", "url": url, "timeoutSeconds": 10,
                                              "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
                                                                                              "b": {"type": "integer"}}}},
