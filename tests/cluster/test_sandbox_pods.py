@@ -1,0 +1,66 @@
+"""A job with a python tool gets its sandbox pods on a real control plane, made by the operator with the
+chart's own rights (tests/cluster/conftest.py): the Deployment, its headless Service and its
+NetworkPolicy, owned by the RLJob; the NetworkPolicy's selectors, against the pods the API holds,
+take in the sandbox pods and admit the trainer pods, and nothing else; the trainers are told the
+address; deleting the RLJob takes it all away."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from kuberl.operator.testing.rljobs import create, eventually, get, live_pods, new_namespace, small_job, wait_phase
+
+
+def _selects(selector, labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in (selector.match_labels or {}).items()):
+        return False
+    for e in selector.match_expressions or []:
+        if e.operator != "In" or labels.get(e.key) not in (e.values or []):
+            return False
+    return True
+
+
+def test_a_job_with_a_python_tool_gets_its_sandbox_pods(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "sandbox")
+    rollout = {"samplesPerPrompt": 4, "maxNewTokens": 64, "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256}}
+    create(plane, ns, small_job("tools", rollout=rollout))
+    wait_phase(plane, ns, "tools", "Running", timeout=90)
+    uid = get(plane, ns, "tools")["metadata"]["uid"]
+    api = plane.api_client()
+    apps, core, net = client.AppsV1Api(api), client.CoreV1Api(api), client.NetworkingV1Api(api)
+
+    deployment = eventually(lambda: next(iter(apps.list_namespaced_deployment(ns).items), None), 60, "the sandbox Deployment")
+    service = core.read_namespaced_service("tools-sandbox", ns)
+    policy = net.read_namespaced_network_policy("tools-sandbox", ns)
+    for obj in (deployment, service, policy):
+        assert obj.metadata.owner_references[0].uid == uid and obj.metadata.owner_references[0].controller
+    assert deployment.metadata.name == "tools-sandbox" and deployment.spec.replicas == 2
+    pod = deployment.spec.template.spec
+    assert pod.automount_service_account_token is False and pod.enable_service_links is False
+    assert pod.security_context.run_as_non_root and pod.containers[0].security_context.read_only_root_filesystem
+    assert service.spec.cluster_ip == "None"
+
+    # The pods the ReplicaSet made, and the trainer pods, against the policy's selectors.
+    sandbox_pods = eventually(lambda: core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items or None,
+                              60, "the sandbox pods")
+    trainers = live_pods(plane, ns, "tools")
+    everyone = core.list_namespaced_pod(ns).items
+    assert len(sandbox_pods) == 2 and len(trainers) == 2
+    selected = {p.metadata.name for p in everyone if _selects(policy.spec.pod_selector, p.metadata.labels or {})}
+    assert selected == {p.metadata.name for p in sandbox_pods}
+    [rule] = policy.spec.ingress
+    [peer] = rule._from
+    assert peer.namespace_selector is None and [(p.protocol, p.port) for p in rule.ports] == [("TCP", 8470)]
+    admitted = {p.metadata.name for p in everyone if _selects(peer.pod_selector, p.metadata.labels or {})}
+    assert admitted == {p.metadata.name for p in trainers}
+    assert policy.spec.policy_types == ["Ingress", "Egress"] and not policy.spec.egress
+    # The job's own Service and policy leave the sandbox pods out; the trainers know where they are.
+    own = net.read_namespaced_network_policy("tools", ns)
+    assert not any(_selects(own.spec.pod_selector, p.metadata.labels or {}) for p in sandbox_pods)
+    for trainer in trainers:
+        env = {e.name: e.value for e in trainer.spec.containers[0].env}
+        assert env["KUBERL_SANDBOX_URL"] == f"http://tools-sandbox.{ns}.svc:8470"
+
+    client.CustomObjectsApi(api).delete_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools")
+    eventually(lambda: not apps.list_namespaced_deployment(ns).items, 60, "the sandbox Deployment gone with the RLJob")
