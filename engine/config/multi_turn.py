@@ -105,8 +105,8 @@ class ToolSandboxSpec(SpecModel):
     """Sandbox pods; each runs one call at a time (a call waits for a free one)."""
     runtime_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=_SUBDOMAIN)
     """The sandbox pods' RuntimeClass, e.g. gVisor's (one the chart allows: admission.allowedRuntimeClasses)."""
-    cpu: str = Field(default="1", min_length=1, max_length=32, pattern=_QUANTITY)
-    """CPU of each sandbox pod (request and limit)."""
+    cpu: str = Field(default="500m", min_length=1, max_length=32, pattern=_QUANTITY)
+    """CPU of each sandbox pod (request and limit): one call at a time, mostly idle between calls."""
     memory: str = Field(default="1Gi", min_length=1, max_length=32, pattern=_QUANTITY)
     """Memory of each sandbox pod (request and limit): more than the tools' memoryMb."""
     scratch_size: str = Field(default="1Gi", min_length=1, max_length=32, pattern=_QUANTITY)

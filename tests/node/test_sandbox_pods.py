@@ -83,8 +83,8 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
         "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/where_tools_run.py"}]},
         "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20,
                     "multiTurn": {"environment": "where_tools_run", "maxTurns": 2, "maxTotalTokens": 300,
-                                  "tools": [{"name": "python", "timeoutSeconds": 20}],
-                                  "sandbox": {"replicas": 2, "cpu": "500m", "memory": "1Gi", "scratchSize": "256Mi"}}},
+                                  # No sandbox section: the defaults (2 pods of 500m CPU and 1Gi) are what a job gets.
+                                  "tools": [{"name": "python", "timeoutSeconds": 20}]}},
         "reward": {"rules": [{"name": "math_answer"}]},
         "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
         "trainer": {"totalSteps": 1, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
