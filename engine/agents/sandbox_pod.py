@@ -27,6 +27,8 @@ from .sandbox_protocol import CALL_PATH, MAX_REQUEST_BYTES, READY_PATH, SANDBOX_
 
 MARGIN_SECONDS = 30.0
 """Past the call's own timeout: the server's sweep, the transfer, a busy node."""
+CONNECT_SECONDS = 5.0
+"""A pod that does not accept a connection within this is passed over (a stale address, a full node)."""
 QUEUE_SECONDS = 300.0
 """How long a call waits for a free sandbox pod (all busy, or none ready yet)."""
 READY_SECONDS = 600.0
@@ -93,12 +95,14 @@ class PodBackend(SandboxBackend):
 
     def _call(self, address: str, port: int, data: bytes, limits: Limits) -> Outcome:
         """One try at one pod: SandboxUnreachable when it did not take the call (try another); else the outcome."""
-        conn = http.client.HTTPConnection(address, port, timeout=limits.timeout + MARGIN_SECONDS)
+        conn = http.client.HTTPConnection(address, port, timeout=CONNECT_SECONDS)
         try:
             try:
                 conn.connect()
             except OSError as exc:
                 raise SandboxUnreachable(f"{address}:{port} refused the connection: {exc}") from None
+            assert conn.sock is not None
+            conn.sock.settimeout(limits.timeout + MARGIN_SECONDS)
             try:
                 conn.request("POST", CALL_PATH, body=data, headers={"Content-Type": "application/json"})
             except OSError as exc:  # it went before the request was in: nothing ran
@@ -111,10 +115,11 @@ class PodBackend(SandboxBackend):
                     return Outcome(error=f"the sandbox pod {address} sent a reply of {length or 'unknown'} bytes "
                                          f"(at most {bound} are read): refused")
                 raw = response.read(int(length))
-            except (OSError, http.client.HTTPException) as exc:
-                return Outcome(error=f"the sandbox pod {address} did not answer within the call's "
-                                     f"{limits.timeout:g} s and a {MARGIN_SECONDS:g} s margin: {type(exc).__name__}: {exc}",
-                               timed_out=isinstance(exc, TimeoutError))
+            except TimeoutError:
+                return Outcome(error=f"the sandbox pod {address} did not answer within the call's {limits.timeout:g} s "
+                                     f"and a {MARGIN_SECONDS:g} s margin", timed_out=True)
+            except (OSError, http.client.HTTPException) as exc:  # the pod went during the call (its tool was OOM-killed, ...)
+                return Outcome(error=f"the sandbox pod {address} dropped the call: {type(exc).__name__}: {exc}")
         finally:
             conn.close()
         if status == 503:

@@ -242,3 +242,17 @@ def test_a_second_server_shares_the_calls(tmp_path: Path, server: Server) -> Non
         assert {o.output.strip() for o in outcomes} == {str(server.proc.pid).encode(), str(other.proc.pid).encode()}
     finally:
         other.stop()
+
+
+def test_a_pod_lost_during_a_call_is_an_error_the_model_reads(tmp_path: Path) -> None:
+    doomed = start_server(tmp_path / "scratch", backend="process")
+    try:
+        backend = PodBackend(doomed.url, queue_seconds=5.0)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            call = pool.submit(backend.run, {"mode": "python", "code": "import time; time.sleep(2); print('late')"}, LIMITS)
+            time.sleep(0.8)
+            doomed.proc.kill()  # as a node that goes, or the pod's OOM kill
+            failure = sandbox_failure(call.result(), LIMITS)
+    finally:
+        doomed.stop()
+    assert failure is not None and failure.text.startswith("Error: the sandbox pod 127.0.0.1 dropped the call"), failure
