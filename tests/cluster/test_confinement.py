@@ -3,6 +3,7 @@ gets its NetworkPolicy (the operator runs with the chart's rules, tests/cluster/
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
 
 from kuberl.operator.testing.rljobs import create, eventually, get, jobsets, live_pods, new_namespace, small_job, wait_phase
@@ -64,3 +65,32 @@ def test_every_job_has_a_network_policy_over_its_pods(control_plane, operator) -
     assert all(p.metadata.labels["kuberl.dev/role"] == "actor" for p in trainers)
     # The token: mounted in the actor's pods (the controller rank writes progress), asked for by the plan.
     assert all(p.spec.automount_service_account_token is True for p in trainers)
+
+
+def test_a_name_taken_between_look_up_and_write_is_not_written_over(control_plane, operator) -> None:
+    """The write after the look-up is conditional: created only if still absent, applied only to the uid looked up."""
+    from kuberl.operator.children import OperatorSettings
+    from kuberl.operator.controller import OperatorMetrics, Reconciler
+    from kuberl.operator.manifest import parse_rljob
+    from kuberl.operator.planner import plan
+    from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE
+
+    plane = control_plane
+    ns = new_namespace(plane, "race")
+    core = client.CoreV1Api(plane.api_client())
+    create(plane, ns, small_job("racy", runPolicy={"suspend": True}))
+    raw = get(plane, ns, "racy")
+    desired = plan(parse_rljob(raw, "racy"), uid=raw["metadata"]["uid"], settings=OperatorSettings(default_image=TEST_TRAINER_IMAGE))
+    config = next(o for o in desired.support if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "racy-config")
+    eventually(lambda: core.read_namespaced_config_map("racy-config", ns), 60, "the operator's ConfigMap")
+    core.delete_namespaced_config_map("racy-config", ns)  # the operator made it: gone, and taken by someone else
+    theirs = core.create_namespaced_config_map(ns, {"metadata": {"name": "racy-config"}, "data": {"owner": "someone else"}})
+    reconciler = Reconciler(plane.api_client(), OperatorSettings(default_image=TEST_TRAINER_IMAGE), OperatorMetrics())
+    # Looked up as absent, then taken: the create is refused (409), nothing is written.
+    assert reconciler._write_child(config, None) is False
+    # Looked up as the job's own (an older uid), then replaced: the apply is refused by the uid it carries.
+    with pytest.raises(client.ApiException) as refused:
+        reconciler._write_child(config, {"metadata": {"uid": "the-uid-of-the-job-s-own-configmap"}})
+    assert refused.value.status in (409, 422)
+    after = core.read_namespaced_config_map("racy-config", ns)
+    assert after.data == {"owner": "someone else"} and after.metadata.resource_version == theirs.metadata.resource_version
