@@ -86,6 +86,23 @@ def start(plane, netns: str, node_name: str, workdir: Path, enforcer: Path) -> s
     return proc
 
 
+QUEUE_PROBE = "table inet kuberl_probe {\n chain c {\n  type filter hook forward priority 0;\n  queue num 98 bypass\n }\n}\n"
+KERNEL_LACKS_QUEUE = ("the kernel refuses kube-network-policies' nftables rules (ENOENT: no nftables `queue` expression, "
+                      "module nft_queue, and no modules can be loaded here)")
+
+
+def kernel_refuses_queue() -> str | None:
+    """Why this kernel cannot run the enforcer, asked before it is built (minutes of Go on a cold cache): a rule
+    with nftables' `queue` expression, loaded in a network namespace of its own; None when the kernel takes it."""
+    probe = subprocess.run(["unshare", "--net", "nft", "-f", "-"], input=QUEUE_PROBE, capture_output=True, text=True,
+                           timeout=30)
+    if probe.returncode == 0:
+        return None
+    if "No such file or directory" in probe.stderr:
+        return KERNEL_LACKS_QUEUE
+    raise EnforcerError(f"probing nftables' queue expression failed: {probe.stderr[-2000:]}")
+
+
 SYNC_SECONDS = 30.0
 MISSING_QUEUE = "netlink receive: no such file or directory"
 
@@ -103,8 +120,7 @@ def kernel_lacks(proc: subprocess.Popen, log: Path) -> str | None:
             time.sleep(2)
             text = log.read_text()
             if '"syncing nftables rules" error' in text and MISSING_QUEUE in text:
-                return ("the kernel refuses kube-network-policies' nftables rules (ENOENT: no nftables `queue` expression, "
-                        "module nft_queue, and no modules can be loaded here)")
+                return KERNEL_LACKS_QUEUE
             return None
         time.sleep(0.5)
     raise AssertionError(f"kube-network-policies did not sync its rules in {SYNC_SECONDS:.0f} s:\n{log.read_text()[-3000:]}")

@@ -50,9 +50,18 @@ sys.exit(1)
 """
 
 
+def _skip_unenforceable(missing: str) -> None:
+    pytest.skip(f"no NetworkPolicy can be enforced on this machine: {missing}. The policy is checked against the "
+                "pods' labels instead (tests/test_operator_confinement.py::"
+                "test_the_policy_selects_every_pod_of_the_job_and_admits_its_trainer_pods_and_nothing_else)")
+
+
 @pytest.fixture(scope="module")
 def enforcer(real_node, tmp_path_factory):
     try:
+        missing = network_policies.kernel_refuses_queue()
+        if missing:
+            _skip_unenforceable(missing)
         built = network_policies.binary()
     except network_policies.EnforcerError as exc:
         pytest.fail(str(exc), pytrace=False)
@@ -66,9 +75,7 @@ def enforcer(real_node, tmp_path_factory):
         raise
     if missing:
         proc.kill()
-        pytest.skip(f"no NetworkPolicy can be enforced on this machine: {missing}. The policy is checked against the "
-                    "pods' labels instead (tests/test_operator_confinement.py::"
-                    "test_the_policy_selects_every_pod_of_the_job_and_admits_its_trainer_pods_and_nothing_else)")
+        _skip_unenforceable(missing)
     yield proc, log
     proc.terminate()
     try:
