@@ -46,6 +46,9 @@ class OperatorSettings:
     metrics_peers: tuple[dict[str, Any], ...] = ()
     """NetworkPolicy peers (namespaceSelector and/or podSelector) that may reach a job's metrics port: the
     chart's Prometheus. Empty: no one from outside the job."""
+    tool_networks: tuple[str, ...] = ()
+    """CIDRs that HTTP tools may reach although they are loopback, link-local, the node or the API server (the
+    chart's tools.allowedNetworks); passed to the trainer pods."""
 
 
 def child_name(job_name: str, suffix: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import sys
 from importlib.metadata import version
@@ -139,6 +140,14 @@ def _network_peer(text: str) -> dict:
     return peer
 
 
+def _network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":
+    """--tool-network: a CIDR such as 10.0.0.0/8 (a bare address is one host)."""
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a network ({exc}); give a CIDR such as 10.96.0.0/12")
+
+
 def _cmd_operator(args: argparse.Namespace) -> int:
     from .main import MissingPrerequisite, OperatorOptions, run  # kopf and the client load only for this command
 
@@ -150,7 +159,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
             health_port=args.health_port,
             workers=args.workers,
             settings=OperatorSettings(default_image=args.default_image, hub_endpoint=args.hub_endpoint,
-                                      network_policy=args.network_policy, metrics_peers=tuple(args.metrics_peer)),
+                                      admission=_admission_policy(args), network_policy=args.network_policy,
+                                      metrics_peers=tuple(args.metrics_peer),
+                                      tool_networks=tuple(str(n) for n in args.tool_network)),
         ))
     except MissingPrerequisite as exc:
         print(f"kuberl operator: {exc}", file=sys.stderr)
@@ -287,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--metrics-peer", type=_network_peer, action="append", default=[], metavar="JSON",
                     help="a NetworkPolicy peer (JSON with namespaceSelector and/or podSelector) that may reach a job's "
                          "metrics port: your Prometheus (repeatable)")
+    op.add_argument("--tool-network", type=_network, action="append", default=[], metavar="CIDR",
+                    help="a network that HTTP tools may reach although it is loopback, link-local, the node or the API "
+                         "server (repeatable; default: none)")
     _add_admission_flags(op, "allow RLJobs")
     op.set_defaults(func=_cmd_operator)
 

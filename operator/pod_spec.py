@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kuberl.engine.config import EngineConfig
+from kuberl.engine.config.multi_turn import NODE_IP_ENV, TOOL_NETWORKS_ENV
 
 from .api import GPU_RESOURCE, MASTER_PORT, RLJob
 from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
@@ -118,10 +119,12 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         # The node's address, which HTTP tools refuse (its kubelet): engine/agents/http_network.py.
-        {"name": "KUBERL_NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": NODE_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
         # The root filesystem is read-only: caches (vLLM, torch, matplotlib, a converted GGUF) go to /tmp.
         {"name": "HOME", "value": "/tmp"},
     ]
+    if settings.tool_networks:  # what the chart lets HTTP tools reach (tools.allowedNetworks)
+        env.append({"name": TOOL_NETWORKS_ENV, "value": ",".join(settings.tool_networks)})
     env += sandbox_env(job, namespace)  # where tool calls run: the job's sandbox pods (sandbox_pods.py)
     claim = cache_claim(job)
     if claim is not None:

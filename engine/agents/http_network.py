@@ -22,11 +22,12 @@ import socket
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..config.multi_turn import NODE_IP_ENV, TOOL_NETWORKS_ENV
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-ALLOWED_NETWORKS_ENV = "KUBERL_TOOL_ALLOWED_NETWORKS"
-NODE_IP_ENV = "KUBERL_NODE_IP"
+ALLOWED_NETWORKS_ENV = TOOL_NETWORKS_ENV
 
 METADATA_ADDRESSES: frozenset[Address] = frozenset(ipaddress.ip_address(a) for a in (
     "169.254.169.254",  # AWS, GCP, Azure, OpenStack, ...

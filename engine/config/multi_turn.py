@@ -14,6 +14,11 @@ from .base import LocalPath, Rule, SpecModel, pattern
 # part of the API, so they live here, as the reward rules' do.
 BUILTIN_TOOLS = ("calculator", "python")
 CODE_TOOLS = ("python",)
+# Set by the operator in trainer pods, read where HTTP tools run (engine/agents/http_network.py): the
+# networks HTTP tools may reach despite the refused ranges (the chart's tools.allowedNetworks), and the node's
+# own address, which they refuse (its kubelet).
+TOOL_NETWORKS_ENV = "KUBERL_TOOL_ALLOWED_NETWORKS"
+NODE_IP_ENV = "KUBERL_NODE_IP"
 """The built-ins whose calls run code (in the tool sandbox), as functions of a file do."""
 
 _NAME = pattern(r"^[A-Za-z_][A-Za-z0-9_-]*$", "a tool name: letters, digits, '_' and '-', not starting with a digit or '-'")

@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -178,3 +179,24 @@ def test_the_connection_goes_to_the_address_that_was_checked(servers, monkeypatc
     monkeypatch.setattr(socket, "getaddrinfo", rebinding)
     result = _tool(f"http://rebind.test:{server.port}/r", LOOPBACK).call({})
     assert json.loads(result.text) == {"path": "/r"} and asked == ["rebind.test"]
+
+
+def test_the_charts_networks_reach_the_tools_of_the_planned_pods(monkeypatch) -> None:
+    """The operator's settings (the chart's tools.allowedNetworks) become the actor pods' environment, which the
+    tools read: the contract between the planner and the engine, crossed."""
+    from kuberl.operator.children import OperatorSettings
+    from kuberl.operator.manifest import load_rljobs
+    from kuberl.operator.planner import plan
+
+    job = load_rljobs(Path(__file__).parents[2] / "examples" / "grpo-cluster" / "rljob.yaml")[0]
+    job.metadata.namespace = "rl"
+    settings = OperatorSettings(default_image="registry.example.com/kuberl-trainer:0.1.0", tool_networks=("10.20.0.0/16",))
+    [actor] = [r for r in plan(job, uid="u", settings=settings).jobset["spec"]["replicatedJobs"] if r["name"] == "actor"]
+    env = {e["name"]: e.get("value") for e in actor["template"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    monkeypatch.setenv(ALLOWED_NETWORKS_ENV, env[ALLOWED_NETWORKS_ENV])
+    policy = policy_from_environment()
+    assert policy.refusal(ipaddress.ip_address("10.20.3.4")) is None
+    assert policy.refusal(ipaddress.ip_address("10.21.0.1")) is None  # a private address is not refused by itself
+    assert policy.refusal(ipaddress.ip_address("127.0.0.1")) is not None
+    without = plan(job, uid="u", settings=OperatorSettings(default_image="registry.example.com/kuberl-trainer:0.1.0"))
+    assert ALLOWED_NETWORKS_ENV not in json.dumps(without.jobset)

@@ -107,6 +107,30 @@ def test_the_network_policy_value_reaches_the_operator(helm) -> None:
     assert not [a for a in args("--set", "networkPolicy.metricsFrom=null") if a.startswith("--metrics-peer")]
 
 
+def test_the_tool_networks_and_admission_values_reach_the_operators_settings(helm, monkeypatch) -> None:
+    """The chart's values become the operator's flags, and those flags its settings (what the planner reads)."""
+    import kuberl.operator.main
+    from kuberl.operator.admission import AdmissionPolicy
+    from kuberl.operator.cli import build_parser
+
+    def settings(*options: str):
+        [deployment] = [d for d in render(helm, *options) if d["kind"] == "Deployment"]
+        args = build_parser().parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        started = []  # the options `kuberl operator` would run the operator with, instead of running it
+        monkeypatch.setattr(kuberl.operator.main, "run", started.append)
+        assert args.func(args) == 0
+        return started[0].settings
+
+    default = settings()
+    assert default.tool_networks == () and default.admission == AdmissionPolicy()
+    chosen = settings("--set", "tools.allowedNetworks={10.0.0.0/8,fd00::/8}", "--set", "admission.allowedVolumeSources={hostPath}")
+    assert chosen.tool_networks == ("10.0.0.0/8", "fd00::/8")
+    assert "hostPath" in chosen.admission.volume_sources
+    refused = helm("template", "kuberl", str(CHART), "--kube-version", "1.31.0", "--set", "tools.allowedNetworks={not-a-cidr}",
+                   check=False)
+    assert refused.returncode != 0 and "allowedNetworks" in refused.stderr
+
+
 def test_values_schema_refuses_a_second_replica(helm) -> None:
     result = helm("template", "kuberl", str(CHART), "--kube-version", KUBE_VERSION, "--set", "replicaCount=2", check=False)
     assert result.returncode != 0 and "replicaCount" in result.stderr
