@@ -115,6 +115,8 @@ class Job:
         self.node = node
         self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
         node.plane.kubectl("create", "namespace", self.namespace)
+        # As docs/security.md asks of an admin: every pod of the job must pass Pod Security's restricted level.
+        node.plane.kubectl("label", "namespace", self.namespace, "pod-security.kubernetes.io/enforce=restricted")
         if prepare is not None:
             prepare(self.namespace)  # what the namespace needs before the job (a LocalQueue)
         self.volume = JobVolume(node, self.namespace, volumes)
