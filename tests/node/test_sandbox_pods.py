@@ -65,6 +65,8 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
 
     node, ns = real_node, f"sandbox-{uuid.uuid4().hex[:6]}"
     node.plane.kubectl("create", "namespace", ns)
+    # As docs/security.md asks of an admin: every pod of the job, the sandbox pods too, passes Pod Security's restricted level.
+    node.plane.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
     image = built_images["TRAINER_IMAGE"]
     files = volumes / ns / "files"
     make_tiny_model(files / "model", seed=0)
