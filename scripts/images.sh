@@ -61,6 +61,7 @@ if [ ! -f "$pause_archive" ]; then
   bah commit --quiet "$ctr" "$pause_ref" >&2
   bah rm "$ctr" >/dev/null
   rm -f "$cache"/pause-*.tar
+  rm -f "$pause_archive.part"  # left by a build that was stopped: docker-archive refuses to add to it
   bah push --quiet "$pause_ref" "docker-archive:$pause_archive.part:$pause_ref" >&2
   mv "$pause_archive.part" "$pause_archive"
 fi
@@ -89,6 +90,7 @@ build() {
     rm -f "$cache/$name"-*.tar  # the archive of an older tree, and its image in buildah's storage
     bah images --format '{{.Name}}:{{.Tag}}' | grep "^localhost/kuberl-$name:" | grep -v ":$key\$" | xargs -r buildah \
       --root "$cache/storage" --runroot "$cache/run" --storage-driver overlay rmi >/dev/null 2>&1 || true
+    rm -f "$archive.part"  # left by a build that was stopped: docker-archive refuses to add to it
     bah push --quiet "$ref" "docker-archive:$archive.part:$ref" >&2
     mv "$archive.part" "$archive"
     log "$ref in $(( $(date +%s) - started )) s ($(du -h "$archive" | cut -f1))"
