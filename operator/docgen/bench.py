@@ -152,7 +152,17 @@ def _lora_rollout(d: dict) -> tuple[str, list[str]]:
         f"{d['lora_cost_over_no_adapter']}x the rollout without one"])
 
 
+def _sandbox(d: dict) -> tuple[str, list[str]]:
+    return (f"{PY} bench/sandbox/run.py --calls {d['calls_per_sandbox']}", [
+        f"one `python` tool call (`{d['call']}`), median of {d['calls_per_sandbox']} interleaved calls each; "
+        f"a bare interpreter starts in {d['floor_median_ms']} ms"] + [
+        f"{r['sandbox']}: {r['median_ms']} ms (p90 {r['p90_ms']}), **{r['ratio_to_process']}x** the plain process; "
+        f"the interpreter's start is {_pct(r['floor_share'])} of it" for r in d["rows"]] + [
+        f"load average at the end {d['load_average_1_5_15_at_end'][0]}"])
+
+
 READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
+    "sandbox": _sandbox,
     "agent_calculator": _agent_calculator, "ci": _ci, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
     "rollout": _rollout, "train_attention_weight": _attention_weight, "validate": _validate,
 }
