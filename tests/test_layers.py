@@ -16,7 +16,7 @@ ENGINE = Path(__file__).resolve().parent.parent / "engine"
 LAYERS = (
     "config",       # the job's sections: pure pydantic, no torch
     "compat",       # megatron-core's CUDA-only calls redirected on CPU
-    "common",       # dtypes, user code loading, timers, overlap of work with waiting
+    "common",       # dtypes, user code loading, timers, overlap of work with waiting, hub cache folders
     "models",       # architectures, weights on disk, where a model's folder is
     "algorithms",   # the RL math behind registries: estimators, losses, presets
     "data",         # prompt sets

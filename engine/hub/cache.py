@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
-
-def endpoint_cache_dir(root: Path, endpoint: str) -> Path:
-    """The cache folder of one hub endpoint: the cache root for the public hub, a folder of its own under
-    endpoints/ for any other. A job that points its initializer at a hub of its choosing then fills only
-    that hub's folder, and a job that asks the public hub for the same repository and commit never reads it."""
-    from .settings import DEFAULT_ENDPOINT
-
-    endpoint = endpoint.rstrip("/")
-    if endpoint == DEFAULT_ENDPOINT:
-        return root
-    host = re.sub(r"[^A-Za-z0-9.-]", "_", urllib.parse.urlsplit(endpoint).netloc)[:64] or "endpoint"
-    return root / "endpoints" / f"{host}-{hashlib.sha256(endpoint.encode()).hexdigest()[:16]}"
+from ..common.hub_folders import endpoint_cache_dir  # noqa: F401 - the cache layout's, re-exported
 
 
 def repo_folder(repo: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_ENDPOINT = "https://huggingface.co"
+from ..common.hub_folders import DEFAULT_ENDPOINT, endpoint_cache_dir
 
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -60,7 +60,6 @@ def hub_from_environ(environ: Mapping[str, str]) -> Hub:
     retry = float(environ.get("KUBERL_HUB_RETRY_SECONDS") or DEFAULT_RETRY_SECONDS)
     # A token has no whitespace; a Secret made from a file often ends with a newline, which no header may carry.
     token = (environ.get("HF_TOKEN") or "").strip() or None
-    from .cache import endpoint_cache_dir
 
     return Hub(endpoint=endpoint, cache_dir=endpoint_cache_dir(Path(cache).expanduser().resolve(), endpoint), token=token,
                retry_seconds=retry)

@@ -53,8 +53,7 @@ def _cached_hub_folder(source: WeightsSource, field: str) -> Path:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import EntryNotFoundError
 
-    from ..hub.cache import endpoint_cache_dir
-    from ..hub.settings import DEFAULT_ENDPOINT
+    from ..common.hub_folders import DEFAULT_ENDPOINT, endpoint_cache_dir
 
     # The folder of the hub the initializer fetched from (HF_ENDPOINT, as it had it): each endpoint has its own.
     where = endpoint_cache_dir(Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser().resolve(),
