@@ -71,11 +71,13 @@ def bwrap_argv(bwrap: str, *, seccomp_fd: int | None, passwd_fd: int, group_fd: 
     for name in ETC_FILES:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--ro-bind-data", str(passwd_fd), "/etc/passwd", "--ro-bind-data", str(group_fd), "/etc/group"]
+    # The scratch before the runtime: bwrap mounts in order, so a virtual environment under /tmp (a CI
+    # checkout there) is bound over the scratch, not hidden beneath it.
+    argv += ["--size", str(limits.scratch_mb << 20), "--tmpfs", SCRATCH]
     for path in runtime_paths():
         argv += ["--ro-bind", os.path.realpath(path), path]
     argv += ["--ro-bind", str(CHILD), CHILD_INSIDE,
              "--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.scratch_mb << 20), "--tmpfs", SCRATCH,
              "--size", str(1 << 20), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH]
     if seccomp_fd is not None:

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.engine.agents.isolation import probe
 from kuberl.engine.agents.sandbox import CHILD, Limits, Outcome, SandboxBackend
 from kuberl.engine.agents.sandbox_bwrap import BubblewrapBackend
 from kuberl.engine.agents.sandbox_process import ProcessBackend
 
+from .bubblewrap import requires_bubblewrap
 from .escape_cases import CASES, Case
 
 TIMEOUT = 3.0
@@ -43,7 +43,7 @@ X86_ONLY = ("kernel-keyring", "bpf", "io-uring")
 TRAINER_CONTENT = "the trainer's checkpoint\n"
 CONFIGURATIONS = {"kernel": False, "kernel+hook": True}
 
-pytestmark = pytest.mark.skipif(probe() is not None, reason=f"bubblewrap does not work here: {probe()}")
+pytestmark = requires_bubblewrap
 
 
 def _sha(path: str) -> str:

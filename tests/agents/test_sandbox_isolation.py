@@ -19,7 +19,9 @@ from kuberl.engine.agents.sandbox_seccomp import compile_filter, rules
 from kuberl.engine.agents.tools import ToolError
 from kuberl.engine.config.multi_turn import MultiTurnSpec, ToolSpec
 
-bwrap_works = pytest.mark.skipif(isolation.probe() is not None, reason=f"bubblewrap does not work here: {isolation.probe()}")
+from .bubblewrap import requires_bubblewrap
+
+bwrap_works = requires_bubblewrap
 
 
 @pytest.fixture
@@ -96,6 +98,25 @@ def test_the_bwrap_command_shows_only_the_runtime() -> None:
         assert not any(b == private or b.startswith(private + "/") for b in binds), private
     assert not binds & {"/", "/etc", "/tmp", "/var", "/root", os.getcwd(), str(Path.home())}  # no whole tree of the trainer's
     assert argv[argv.index("--tmpfs") - 1] == str(16 << 20)  # the scratch folder is bounded
+    scratch = argv.index("--tmpfs")
+    assert all(argv.index(path) > scratch for path in runtime_paths())  # bound over the scratch, not hidden under it
+
+
+@bwrap_works
+def test_an_interpreter_under_the_scratch_folders_path_still_runs(tmp_path: Path, monkeypatch) -> None:
+    """A virtual environment under /tmp (where a CI checkout may lie) is the sandbox's runtime too, although the
+    sandbox's scratch is a tmpfs at /tmp: every call failed with "execvp ...: No such file or directory" when
+    the scratch was mounted over it."""
+    import subprocess
+    import sys
+
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    monkeypatch.setattr(sys, "executable", str(venv / "bin" / "python"))
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    outcome = BubblewrapBackend().run({"mode": "python", "code": "import sys; print(sys.prefix)"}, Limits(timeout=30.0))
+    assert outcome.output.decode().strip() == str(venv), (outcome.output, outcome.death())
 
 
 def test_the_seccomp_filter_compiles() -> None:

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.engine.agents.isolation import probe
 
+from .bubblewrap import requires_bubblewrap
 from .escape_cases import CASES
 from .sandbox_servers import Server, Servers, descendants, start_server
 from .test_sandbox_escapes import CONFIGURATIONS, CONTROL, LIMITS, X86_ONLY, Arena, arena, run_corpus  # noqa: F401
 
 REPLICAS = 4
-pytestmark = pytest.mark.skipif(probe() is not None, reason=f"bubblewrap does not work here: {probe()}")
+pytestmark = requires_bubblewrap
 
 
 @pytest.fixture(scope="module")
