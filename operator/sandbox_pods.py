@@ -10,7 +10,8 @@ sandbox_server.py): one call at a time, every process of a call killed and its s
 For a job J in namespace N: Deployment J-sandbox (its pods carry kuberl.dev/sandbox=J and not the
 job's label, so the job's Service, NetworkPolicy and status never count them), headless Service
 J-sandbox (the trainers' KUBERL_SANDBOX_URL resolves to every ready pod), and NetworkPolicy
-J-sandbox: ingress only from the job's trainer pods to the sandbox port, no egress at all.
+J-sandbox: ingress only from the job's trainer pods to the sandbox port, and egress only to the
+networks (and the cluster DNS) that the job names in rollout.multiTurn.sandbox: none by default.
 
 A Deployment rather than a replicated job of the JobSet: a sandbox pod that is lost (its node
 drained, OOM-killed by a tool) is replaced on its own, while the trainers go on (their calls go to
@@ -22,6 +23,8 @@ job, so their (small, CPU-only) requests are outside the queue's quota.
 from __future__ import annotations
 
 from typing import Any
+
+from kuberl.engine.config.multi_turn import LINK_LOCAL, EgressDestinationSpec, ToolSandboxSpec
 
 from .api import RLJob
 from .children import LABEL_MANAGED_BY, MANAGER, OperatorSettings, Owner
@@ -91,9 +94,38 @@ def service(owner: Owner) -> dict[str, Any]:
     }
 
 
-def network_policy(owner: Owner, trainer_roles: list[str]) -> dict[str, Any]:
-    """Only the job's trainer pods reach the sandbox port; the sandbox pods reach nothing (Egress
-    with no rule: not the API server, not DNS, not the trainers, not the internet)."""
+# The cluster's DNS pods, by the labels kube-dns and CoreDNS deployments carry in kube-system.
+DNS_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+
+
+def ip_block(destination: EgressDestinationSpec) -> dict[str, Any]:
+    """The destination's network, less the link-local ranges inside it (a 0.0.0.0/0 that a job names
+    still does not reach the metadata server)."""
+    network = destination.network
+    excepted = [str(ll) for ll in LINK_LOCAL if ll.version == network.version and ll != network and ll.subnet_of(network)]  # type: ignore[arg-type]
+    return {"cidr": str(network), **({"except": excepted} if excepted else {})}
+
+
+def egress_rules(box: ToolSandboxSpec) -> list[dict[str, Any]]:
+    """One rule per destination the job names, and the DNS pods when it asks for them; none by default."""
+    rules: list[dict[str, Any]] = []
+    for destination in box.egress:
+        rule: dict[str, Any] = {"to": [{"ipBlock": ip_block(destination)}]}
+        if destination.ports:
+            rule["ports"] = [{"protocol": p.protocol, "port": p.port, **({"endPort": p.end_port} if p.end_port else {})}
+                             for p in destination.ports]
+        rules.append(rule)
+    if box.dns:
+        rules.append({"to": [DNS_PEER], "ports": DNS_PORTS})
+    return rules
+
+
+def network_policy(owner: Owner, trainer_roles: list[str], box: ToolSandboxSpec | None = None) -> dict[str, Any]:
+    """Only the job's trainer pods reach the sandbox port; the sandbox pods reach only what the job
+    names in rollout.multiTurn.sandbox.egress and dns (by default Egress with no rule: not the API
+    server, not DNS, not the trainers, not the internet)."""
     return {
         "apiVersion": NETWORK_POLICY_API_VERSION,
         "kind": "NetworkPolicy",
@@ -102,7 +134,7 @@ def network_policy(owner: Owner, trainer_roles: list[str]) -> dict[str, Any]:
             "podSelector": {"matchLabels": {LABEL_SANDBOX: owner.name}},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{"from": [trainer_peer(owner.name, trainer_roles)], "ports": [{"protocol": "TCP", "port": SANDBOX_PORT}]}],
-            "egress": [],
+            "egress": egress_rules(box) if box is not None else [],
         },
     }
 
@@ -112,4 +144,6 @@ def sandbox_objects(job: RLJob, settings: OperatorSettings, owner: Owner, traine
     The NetworkPolicy is there even where the chart turns the jobs' own off: it is the sandbox's wall."""
     if not wants_sandbox_pods(job):
         return []
-    return [deployment(job, settings, owner), service(owner), network_policy(owner, trainer_roles)]
+    spec = multi_turn(job)
+    assert spec is not None
+    return [deployment(job, settings, owner), service(owner), network_policy(owner, trainer_roles, spec.sandbox)]

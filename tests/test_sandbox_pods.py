@@ -177,3 +177,61 @@ def test_bad_sandbox_settings_are_refused_naming_the_field(bad: dict[str, Any], 
     with pytest.raises(ManifestError) as refused:
         job(sandbox=copy.deepcopy(bad))
     assert f"sandbox.{field}" in str(refused.value)
+
+
+def test_the_policy_lets_out_exactly_the_destinations_the_job_names() -> None:
+    egress = [{"cidr": "203.0.113.0/24", "ports": [{"port": 443}, {"protocol": "UDP", "port": 4000, "endPort": 4010}]},
+              {"cidr": "2001:db8::/32"}]
+    policy = sandbox(None, {"egress": egress})["NetworkPolicy"]["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+         "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "UDP", "port": 4000, "endPort": 4010}]},
+        {"to": [{"ipBlock": {"cidr": "2001:db8::/32"}}]},  # every port of that network
+    ]
+    # The ingress side does not change with it.
+    assert policy["ingress"] == sandbox()["NetworkPolicy"]["spec"]["ingress"]
+
+
+def test_a_wide_destination_still_leaves_out_the_metadata_servers() -> None:
+    """The attack: a job opens 0.0.0.0/0 for a web tool, and the model's code asks 169.254.169.254 for the node's
+    cloud credentials. The link-local ranges stay excepted from any block that covers them."""
+    policy = sandbox(None, {"egress": [{"cidr": "0.0.0.0/0", "ports": [{"port": 443}]}, {"cidr": "::/0"},
+                                       {"cidr": "10.0.0.0/8"}]})["NetworkPolicy"]["spec"]
+    blocks = [rule["to"][0]["ipBlock"] for rule in policy["egress"]]
+    assert blocks == [{"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}, {"cidr": "::/0", "except": ["fe80::/10"]},
+                      {"cidr": "10.0.0.0/8"}]
+
+
+def test_dns_is_opened_only_when_asked_and_only_to_the_cluster_dns() -> None:
+    assert sandbox(None, {"egress": [{"cidr": "203.0.113.0/24"}]})["NetworkPolicy"]["spec"]["egress"] == [
+        {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}]
+    [rule] = sandbox(None, {"dns": True})["NetworkPolicy"]["spec"]["egress"]
+    assert rule["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    [peer] = rule["to"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    assert selects(peer["podSelector"], {"k8s-app": "kube-dns", "pod-template-hash": "x"})
+    assert not selects(peer["podSelector"], {"app": "anything-else"})
+
+
+@pytest.mark.parametrize("egress,field,words", [
+    ([{"cidr": "203.0.113.7/24"}], "egress[0].cidr", "no host bits"),
+    ([{"cidr": "203.0.113.0/33"}], "egress[0].cidr", "no host bits"),
+    ([{"cidr": "300.0.0.0/8"}], "egress[0].cidr", "no host bits"),
+    ([{"cidr": "example.com/32"}], "egress[0].cidr", "CIDR"),
+    ([{"cidr": "10.0.0.0"}], "egress[0].cidr", "CIDR"),
+    ([{"cidr": "169.254.169.254/32"}], "egress[0].cidr", "link-local"),
+    ([{"cidr": "fe80::/64"}], "egress[0].cidr", "link-local"),
+    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 0}]}], "egress[0].ports[0].port", ""),
+    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 70000}]}], "egress[0].ports[0].port", ""),
+    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 80, "protocol": "SCTP"}]}], "egress[0].ports[0].protocol", ""),
+    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 90, "endPort": 80}]}], "egress[0].ports[0].endPort", "at least port"),
+    ([{"cidr": "10.0.0.0/8", "ports": [{"port": p} for p in range(1, 18)]}], "egress[0].ports", ""),
+    ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress", ""),
+])
+def test_bad_egress_is_refused_naming_the_field(egress: list[dict[str, Any]], field: str, words: str) -> None:
+    from kuberl.operator.manifest import ManifestError
+
+    with pytest.raises(ManifestError) as refused:
+        job(sandbox={"egress": egress})
+    assert f"sandbox.{field}" in str(refused.value) and words in str(refused.value)

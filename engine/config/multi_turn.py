@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import ipaddress
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic.alias_generators import to_snake
@@ -97,6 +98,79 @@ _SUBDOMAIN = pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0
                      "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'")
 
 
+_IPV4_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_IPV4_CIDR = rf"^({_IPV4_OCTET}[.]){{3}}{_IPV4_OCTET}/(3[0-2]|[12]?[0-9])$"
+"""CEL can say an IPv4 CIDR's grammar (the API server's CIDR functions need Kubernetes 1.31, the chart
+supports 1.30); an IPv6 one is checked by our own parsing only."""
+LINK_LOCAL = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
+"""Never reachable from a sandbox pod: a destination that covers them has them as exceptions."""
+MAX_EGRESS_DESTINATIONS = 16
+MAX_EGRESS_PORTS = 16
+
+
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+    """The network `cidr` names exactly (no host bits set), else None."""
+    if "/" not in cidr:
+        return None
+    try:
+        return ipaddress.ip_network(cidr, strict=True)
+    except ValueError:
+        return None
+
+
+class EgressPortSpec(SpecModel):
+    """A port, or a range of ports, that a sandbox pod may connect to at a destination."""
+
+    protocol: Literal["TCP", "UDP"] = "TCP"
+    """TCP or UDP."""
+    port: int = Field(ge=1, le=65535)
+    """The port, or the first of a range."""
+    end_port: int | None = Field(default=None, ge=1, le=65535)
+    """The last port of a range port..endPort (inclusive)."""
+
+    RULES = (
+        Rule(
+            message="endPort must be at least port",
+            check=lambda s: s.end_port is None or s.end_port >= s.port,
+            cel="!has(self.endPort) || self.endPort >= self.port",
+            field="endPort",
+        ),
+    )
+
+
+class EgressDestinationSpec(SpecModel):
+    """A network the sandbox pods may reach (a NetworkPolicy ipBlock), on the ports given (every port
+    when none is given)."""
+
+    cidr: str = Field(min_length=4, max_length=43, pattern=pattern(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$", "a CIDR such as 203.0.113.0/24 or 2001:db8::/32"))
+    """The network, e.g. 203.0.113.0/24 or 203.0.113.7/32 for one address; link-local addresses
+    (169.254.0.0/16, fe80::/10: the clouds' metadata servers) are always left out of it."""
+    ports: list[EgressPortSpec] = Field(default=[], max_length=MAX_EGRESS_PORTS)
+    """The ports it may reach there; none given: every port."""
+
+    RULES = (
+        Rule(
+            message="cidr must be a network address and prefix length with no host bits set, e.g. 203.0.113.0/24 (not 203.0.113.7/24)",
+            check=lambda s: _network(s.cidr) is not None,
+            cel=f"self.cidr.contains(':') || self.cidr.matches('{_IPV4_CIDR}')",
+            field="cidr",
+            detail=lambda s: f"got {s.cidr!r}",
+        ),
+        Rule(
+            message="cidr must not lie within the link-local networks 169.254.0.0/16 and fe80::/10 (the clouds' metadata servers)",
+            check=lambda s: (n := _network(s.cidr)) is None or not any(n.version == ll.version and n.subnet_of(ll) for ll in LINK_LOCAL),
+            cel="!self.cidr.startsWith('169.254.')",
+            field="cidr",
+        ),
+    )
+
+    @property
+    def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+        network = _network(self.cidr)
+        assert network is not None  # the rule above
+        return network
+
+
 class ToolSandboxSpec(SpecModel):
     """On a cluster, the python and function tools of a job run in sandbox pods of the job, outside
     the trainer pods: no ServiceAccount token, none of the trainer's environment, secrets or volumes,
@@ -116,6 +190,12 @@ class ToolSandboxSpec(SpecModel):
     """Memory of each sandbox pod (request and limit): more than the tools' memoryMb."""
     scratch_size: str = Field(default="1Gi", min_length=1, max_length=32, pattern=_QUANTITY)
     """The size limit of each sandbox pod's scratch volume (an emptyDir, emptied after every call)."""
+    egress: list[EgressDestinationSpec] = Field(default=[], max_length=MAX_EGRESS_DESTINATIONS)
+    """The networks the tool code may reach from the sandbox pods; none by default (no egress at all).
+    Names are not resolved unless dns is true as well."""
+    dns: bool = False
+    """Let the sandbox pods ask the cluster's DNS (kube-dns pods of kube-system, port 53): off by default
+    because a resolver that recurses is a way out for data by itself, whatever egress says."""
 
 
 class MultiTurnSpec(SpecModel):
