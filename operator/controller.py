@@ -48,8 +48,8 @@ from .reconcile.conflicts import with_name_conflicts
 log = logging.getLogger("kuberl.operator")
 
 # What Decision.delete names ("kind/name").
-CHILD_KINDS = {"jobset": "JobSet", "job": "Job"}
-CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1"}
+CHILD_KINDS = {"jobset": "JobSet", "job": "Job", "deployment": "Deployment"}
+CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1", "deployment": "apps/v1"}
 CACHE_KINDS = {"JobSet": "jobsets", "Job": "jobs"}
 
 # How soon to look at a job again after something it was writing went away under it.

@@ -146,4 +146,6 @@ def sandbox_objects(job: RLJob, settings: OperatorSettings, owner: Owner, traine
         return []
     spec = multi_turn(job)
     assert spec is not None
-    return [deployment(job, settings, owner), service(owner), network_policy(owner, trainer_roles, spec.sandbox)]
+    # A suspended job holds no sandbox pod (reconcile/sandbox.py deletes the Deployment; its resume makes it again).
+    pods = [] if job.spec.run_policy.suspend else [deployment(job, settings, owner)]
+    return [*pods, service(owner), network_policy(owner, trainer_roles, spec.sandbox)]

@@ -16,12 +16,15 @@ it, and the last (running) always decides:
     outcome         the JobSet completed, or failed after its last gang restart
     running         starting, running, restarting after a failed pod
 
+Whatever decides, a finished or suspended job's sandbox Deployment is deleted (sandbox.py).
+
 Counts are level-based too: the gang restarts are the JobSet's own (plus those before it, kept in its
 annotations when a resumed job's JobSet is made again), the preemptions Kueue's on the Workload.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from ..api import RLJob, RLJobStatus
@@ -35,6 +38,7 @@ from .initialization import initialization, is_initializer
 from .outcome import outcome
 from .reading import apply_progress, current_pods, evictions, restarts, role_counts
 from .running import running
+from .sandbox import sandbox_deletions
 from .suspension import suspension
 
 __all__ = ["CONDITION_TYPES", "INITIALIZED", "TERMINAL", "Decision", "Observed", "decide"]
@@ -57,8 +61,6 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
     status.roles = role_counts(pods)
     apply_progress(status, observed.progress)
     ctx = Context(job=job, observed=observed, now=now, old=old, status=status, jobset=jobset, pods=pods)
-    for policy in POLICIES:
-        decision = policy(ctx)
-        if decision is not None:
-            return decision
-    return running(ctx)
+    decision = next((d for d in (policy(ctx) for policy in POLICIES) if d is not None), None) or running(ctx)
+    stop = tuple(c for c in sandbox_deletions(job, decision.status.phase) if c not in decision.delete)
+    return replace(decision, delete=decision.delete + stop) if stop else decision

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from kuberl.operator.testing.rljobs import create, eventually, get, live_pods, new_namespace, small_job, wait_phase
+from kuberl.operator.testing.rljobs import EXIT_ANNOTATION, create, eventually, get, live_pods, new_namespace, small_job, wait_phase
 
 
 def _selects(selector, labels: dict[str, str]) -> bool:
@@ -64,3 +64,41 @@ def test_a_job_with_a_python_tool_gets_its_sandbox_pods(control_plane, operator)
 
     client.CustomObjectsApi(api).delete_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools")
     eventually(lambda: not apps.list_namespaced_deployment(ns).items, 60, "the sandbox Deployment gone with the RLJob")
+
+
+def test_a_finished_job_holds_no_sandbox_pods(control_plane, operator) -> None:
+    """Once the actor succeeds the job is Succeeded, and its sandbox Deployment (with its pods) is gone,
+    though the RLJob stays."""
+    plane = control_plane
+    ns = new_namespace(plane, "sandbox-done")
+    rollout = {"samplesPerPrompt": 4, "maxNewTokens": 64, "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256}}
+    create(plane, ns, small_job("tools", rollout=rollout))
+    wait_phase(plane, ns, "tools", "Running", timeout=90)
+    api = plane.api_client()
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    eventually(lambda: apps.list_namespaced_deployment(ns).items or None, 60, "the sandbox Deployment")
+    for pod in live_pods(plane, ns, "tools"):
+        core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}})
+    wait_phase(plane, ns, "tools", "Succeeded", timeout=90)
+    eventually(lambda: not apps.list_namespaced_deployment(ns).items, 60, "the sandbox Deployment gone after the job finished")
+    eventually(lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items, 60,
+               "the sandbox pods gone")
+    assert get(plane, ns, "tools")["status"]["phase"] == "Succeeded"
+
+
+def test_a_suspended_job_holds_no_sandbox_pods_and_gets_them_back_on_resume(control_plane, operator) -> None:
+    plane = control_plane
+    ns = new_namespace(plane, "sandbox-pause")
+    rollout = {"samplesPerPrompt": 4, "maxNewTokens": 64, "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256}}
+    create(plane, ns, small_job("tools", rollout=rollout))
+    wait_phase(plane, ns, "tools", "Running", timeout=90)
+    api = plane.api_client()
+    apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+    eventually(lambda: apps.list_namespaced_deployment(ns).items or None, 60, "the sandbox Deployment")
+    custom.patch_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools", {"spec": {"runPolicy": {"suspend": True}}})
+    wait_phase(plane, ns, "tools", "Suspended", timeout=60)
+    eventually(lambda: not apps.list_namespaced_deployment(ns).items, 60, "the sandbox Deployment gone while suspended")
+    custom.patch_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools", {"spec": {"runPolicy": {"suspend": False}}})
+    wait_phase(plane, ns, "tools", "Running", timeout=90)
+    back = eventually(lambda: next(iter(apps.list_namespaced_deployment(ns).items), None), 60, "the sandbox Deployment again")
+    assert back.metadata.name == "tools-sandbox" and back.spec.replicas == 2
