@@ -44,6 +44,7 @@ from .ownership import key as object_key
 from .planner import plan
 from .reconcile import TERMINAL, Decision, decide
 from .reconcile.conflicts import with_name_conflicts
+from .reconcile.progress_bounds import PROGRESS_REFUSED, report_refusal
 
 log = logging.getLogger("kuberl.operator")
 
@@ -105,6 +106,8 @@ class Reconciler:
         self._support_lock = threading.Lock()
         self._status_written: dict[Key, str] = {}
         """Per job: the resourceVersion of the RLJob that this process's last status write made."""
+        self._refusals: dict[Key, tuple[str, frozenset[str]]] = {}
+        """Per job: (RLJob uid, the progress refusals this process has recorded as events)."""
         self._resources: dict[tuple[str, str], Any] = {}
         self._resources_lock = threading.Lock()
 
@@ -121,6 +124,7 @@ class Reconciler:
     def _forget(self, key: Key) -> None:
         self.forget_support(key)
         self._status_written.pop(key, None)
+        self._refusals.pop(key, None)
 
     def reconcile(self, key: Key) -> float | None:
         """Bring one RLJob one step closer to its desired state; returns when to look again."""
@@ -227,10 +231,20 @@ class Reconciler:
             self._write_status(raw, decision)
         for kind, reason, message in decision.events:
             self._event(raw, kind, reason, message)
+        self._report_refusal(key, uid, raw, decision.progress_refused)
         if decision.delete_rljob:
             log.info("%s/%s: ttlSecondsAfterFinished passed, deleting the RLJob", namespace, name)
             self.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         return decision
+
+    def _report_refusal(self, key: Key, uid: str, raw: dict[str, Any], refused: str | None) -> None:
+        """A Warning event for a refused progress report, once per distinct refusal of this RLJob."""
+        last = self._refusals.get(key)
+        seen = last[1] if last is not None and last[0] == uid else frozenset()
+        after = report_refusal(seen, refused)
+        if after is not None and refused is not None:
+            self._refusals[key] = (uid, after)
+            self._event(raw, "Warning", PROGRESS_REFUSED, refused)
 
     def _support_due(self, key: Key, uid: str, support: list[dict[str, Any]], force: bool) -> tuple[str, float] | None:
         """(digest, time) when the support objects are to be applied: unless this process applied the very same

@@ -59,8 +59,8 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
         status.restarts = max(status.restarts, restarts(jobset))
         status.preemptions = max(status.preemptions, evictions(observed.workloads, jobset))
     status.roles = role_counts(pods)
-    apply_progress(status, observed.progress)
+    refused = apply_progress(status, observed.progress)
     ctx = Context(job=job, observed=observed, now=now, old=old, status=status, jobset=jobset, pods=pods)
     decision = next((d for d in (policy(ctx) for policy in POLICIES) if d is not None), None) or running(ctx)
     stop = tuple(c for c in sandbox_deletions(job, decision.status.phase) if c not in decision.delete)
-    return replace(decision, delete=decision.delete + stop) if stop else decision
+    return replace(decision, delete=decision.delete + stop, progress_refused=refused)

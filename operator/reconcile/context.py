@@ -41,6 +41,8 @@ class Decision:
     """(type, reason, message) events to record on the RLJob."""
     message: str = ""
     """Why the job is in its phase, for the log."""
+    progress_refused: str | None = None
+    """Why the progress report was refused (bounded; the controller records it as a Warning event once)."""
 
 
 @dataclass

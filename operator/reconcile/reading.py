@@ -7,7 +7,7 @@ from typing import Any
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
 from ..api.status import progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
-from .progress_bounds import read_report
+from .progress_bounds import check_report
 
 
 def name(obj: dict[str, Any]) -> str:
@@ -132,10 +132,11 @@ def admitted(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
 # --- the controller rank's progress ----------------------------------------------------------------
 
 
-def apply_progress(status: RLJobStatus, raw: str | None) -> None:
-    report = read_report(raw)
+def apply_progress(status: RLJobStatus, raw: str | None) -> str | None:
+    """Copy the report in `raw` into the status; returns why it was refused, if it was."""
+    report, refused = check_report(raw)
     if report is None:
-        return  # none yet, half written, foreign or out of bounds: keep the last good numbers
+        return refused  # none yet, foreign or out of bounds: keep the last good numbers
     status.step = report.step
     status.total_steps = report.total_steps if report.total_steps is not None else status.total_steps
     status.progress = progress_percent(status.step, status.total_steps)
@@ -147,3 +148,4 @@ def apply_progress(status: RLJobStatus, raw: str | None) -> None:
     if report.validation_reward_mean is not None:  # kept until the next validation, across restarts too
         status.validation_reward = report.validation_reward_mean
         status.validation_step = report.validation_step
+    return None
