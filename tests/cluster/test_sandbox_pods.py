@@ -2,11 +2,14 @@
 chart's own rights (tests/cluster/conftest.py): the Deployment, its headless Service and its
 NetworkPolicy, owned by the RLJob; the NetworkPolicy's selectors, against the pods the API holds,
 take in the sandbox pods and admit the trainer pods, and nothing else; the trainers are told the
-address; deleting the RLJob takes it all away."""
+address; deleting the RLJob takes it all away. A finished or suspended job holds no sandbox pod (a
+resumed one gets them back), and the egress a job names reaches the policy only through the CRD's rules."""
 
 from __future__ import annotations
 
+import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from kuberl.operator.testing.rljobs import EXIT_ANNOTATION, create, eventually, get, live_pods, new_namespace, small_job, wait_phase
 
@@ -102,3 +105,32 @@ def test_a_suspended_job_holds_no_sandbox_pods_and_gets_them_back_on_resume(cont
     wait_phase(plane, ns, "tools", "Running", timeout=90)
     back = eventually(lambda: next(iter(apps.list_namespaced_deployment(ns).items), None), 60, "the sandbox Deployment again")
     assert back.metadata.name == "tools-sandbox" and back.spec.replicas == 2
+
+
+def test_the_api_server_holds_egress_to_its_rules_and_the_policy_lets_out_what_it_names(control_plane, operator) -> None:
+    """The CRD's CEL rules refuse what they can say (an IPv4 CIDR's grammar, a link-local destination, a
+    backwards port range, too many entries) before the operator sees it; a valid list becomes the sandbox
+    NetworkPolicy's egress, with the metadata range still excepted."""
+    plane = control_plane
+    ns = new_namespace(plane, "sandbox-egress")
+
+    def rollout(sandbox: dict) -> dict:
+        return {"samplesPerPrompt": 4, "maxNewTokens": 64,
+                "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256, "sandbox": sandbox}}
+
+    for bad, words in [([{"cidr": "300.0.0.0/8"}], "no host bits"), ([{"cidr": "169.254.169.254/32"}], "link-local"),
+                       ([{"cidr": "10.0.0.0/8", "ports": [{"port": 90, "endPort": 80}]}], "endPort"),
+                       ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress")]:
+        with pytest.raises(ApiException) as refused:
+            create(plane, ns, small_job("bad", rollout=rollout({"egress": bad})))
+        assert refused.value.status == 422 and words in refused.value.body, refused.value.body
+
+    egress = [{"cidr": "0.0.0.0/0", "ports": [{"port": 443}]}, {"cidr": "203.0.113.0/24", "ports": [{"protocol": "UDP", "port": 4000, "endPort": 4010}]}]
+    create(plane, ns, small_job("tools", rollout=rollout({"egress": egress, "dns": True})))
+    net = client.NetworkingV1Api(plane.api_client())
+    policy = eventually(lambda: next((p for p in net.list_namespaced_network_policy(ns).items if p.metadata.name == "tools-sandbox"), None),
+                        60, "the sandbox NetworkPolicy")
+    rules = policy.spec.egress
+    assert [(r.to[0].ip_block.cidr, r.to[0].ip_block._except) for r in rules[:2]] == [("0.0.0.0/0", ["169.254.0.0/16"]), ("203.0.113.0/24", None)]
+    assert [(p.protocol, p.port, p.end_port) for p in rules[1].ports] == [("UDP", 4000, 4010)]
+    assert [(p.protocol, p.port) for p in rules[2].ports] == [("UDP", 53), ("TCP", 53)] and len(rules) == 3
