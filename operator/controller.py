@@ -350,8 +350,10 @@ class Reconciler:
         kind, name = child.split("/", 1)
         resource = self._resource(CHILD_API_VERSIONS[kind], CHILD_KINDS[kind])
         try:
-            # Foreground: the object stays until its pods are gone, so a new one never overlaps them.
-            resource.delete(name=name, namespace=namespace, body={"propagationPolicy": "Foreground"})
+            # Foreground: the object stays until its pods are gone, so a new one never overlaps them. Not for the
+            # sandbox Deployment: its pods may overlap, and a job resumed at once must be able to make it again.
+            policy = "Background" if kind == "deployment" else "Foreground"
+            resource.delete(name=name, namespace=namespace, body={"propagationPolicy": policy})
         except ApiException as exc:
             if exc.status != 404:
                 raise
