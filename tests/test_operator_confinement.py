@@ -20,6 +20,8 @@ from kuberl.operator.reconcile.conflicts import NAME_CONFLICT, with_name_conflic
 from kuberl.operator.reconcile.progress_bounds import MAX_REPORT_BYTES, OutOfBounds, bounded_report
 from kuberl.operator.reconcile.reading import apply_progress
 
+from .label_selectors import selects
+
 EXAMPLES = Path(__file__).parent.parent / "examples"
 NOW = datetime(2026, 12, 6, 3, 0, tzinfo=timezone.utc)
 UID = "3f0c-uid-of-this-rljob"
@@ -162,19 +164,6 @@ def test_a_report_over_the_size_bound_is_refused_before_it_is_parsed() -> None:
 
 
 # --- the NetworkPolicy against the pods' labels -----------------------------------------------------
-
-
-def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A label selector's verdict on a set of labels (matchLabels and matchExpressions, as the API evaluates them)."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], e.get("values") or []
-        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
-        if not ok:
-            return False
-    return True
 
 
 def admits(peer: dict[str, Any], pod_labels: dict[str, str], pod_namespace: str, ns_labels: dict[str, str],

@@ -22,6 +22,8 @@ from kuberl.operator.planner import plan
 from kuberl.operator.pod_spec import CONTAINER_SECURITY, POD_SECURITY
 from kuberl.operator.sandbox_address import LABEL_SANDBOX, SANDBOX_PORT, SANDBOX_URL_ENV
 
+from .label_selectors import selects
+
 EXAMPLE = Path(__file__).parent.parent / "examples" / "ppo-cluster" / "rljob.yaml"
 UID = "uid-of-the-rljob"
 SETTINGS = OperatorSettings(default_image="registry.example.com/kuberl-trainer:0.1.0")
@@ -44,19 +46,6 @@ def by_kind(support: list[dict[str, Any]], name: str) -> dict[str, dict[str, Any
 def sandbox(tools=None, sandbox_spec=None, settings: OperatorSettings = SETTINGS) -> dict[str, dict[str, Any]]:
     j = job(tools, sandbox_spec)
     return by_kind(plan(j, uid=UID, settings=settings).support, f"{j.metadata.name}-sandbox")
-
-
-def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A label selector's verdict (matchLabels and matchExpressions, as the API evaluates them)."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e["key"], e["operator"], e.get("values") or []
-        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
-        if not ok:
-            return False
-    return True
 
 
 def test_the_constants_agree_with_the_engine() -> None:
