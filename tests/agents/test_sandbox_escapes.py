@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from kuberl.engine.agents.sandbox import CHILD, Limits, Outcome, SandboxBackend
-from kuberl.engine.agents.sandbox_bwrap import BubblewrapBackend
+from kuberl.engine.agents.sandbox_bwrap import BubblewrapBackend, runtime_paths
 from kuberl.engine.agents.sandbox_process import ProcessBackend
 
 from .bubblewrap import requires_bubblewrap
@@ -317,10 +317,12 @@ def test_a_calls_scratch_folder_is_its_own(arena: Arena) -> None:
     word = secrets.token_hex(8)
     writer = f"import time; open('/tmp/mine', 'w').write({word!r}); time.sleep(2.5)"
     reader = ("import glob, os, time\ntime.sleep(0.8)\nfor p in ['/tmp/mine'] + glob.glob('/proc/*/root/tmp/mine') + "
-              "glob.glob('/proc/*/cwd/mine'):\n    try: print(open(p).read())\n    except OSError: pass\nprint(os.listdir('/tmp'))")
+              "glob.glob('/proc/*/cwd/mine'):\n    try: print(open(p).read())\n    except OSError: pass\nprint(sorted(os.listdir('/tmp')))")
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(backend.run, {"mode": "python", "code": writer, "audit_hook": False}, LIMITS)
         second = pool.submit(backend.run, {"mode": "python", "code": reader, "audit_hook": False}, LIMITS)
         read = second.result().output.decode()
         first.result()
-    assert word not in read and "[]" in read, read
+    # The scratch holds nothing but the mount points of a runtime that lies under /tmp (a checkout there).
+    mount_points = sorted({path.split("/")[2] for path in runtime_paths() if path.startswith("/tmp/")})
+    assert word not in read and str(mount_points) in read and "mine" not in read, read
