@@ -57,6 +57,13 @@ def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
     return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name}, "spec": spec}
 
 
+def trainer_token(plane, namespace: str, job: str) -> str:
+    """A token of the job's trainer ServiceAccount (`J-trainer`): what its controller rank writes progress with."""
+    return client.CoreV1Api(plane.api_client()).create_namespaced_service_account_token(
+        f"{job}-trainer", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    ).status.token
+
+
 def create(plane, namespace: str, doc: dict[str, Any]) -> None:
     client.CustomObjectsApi(plane.api_client()).create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
 

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 from kuberl.operator.testing.rljobs import (
-    create, eventually, fail_pod, get, jobsets, live_pods, new_namespace, pods, small_job, status, wait_phase,
+    create, eventually, fail_pod, get, jobsets, live_pods, new_namespace, pods, small_job, status, trainer_token, wait_phase,
 )
 
 # --- tests -------------------------------------------------------------------------------------------
@@ -276,10 +276,7 @@ def test_progress_reaches_the_status_through_the_trainers_one_configmap(control_
     ns = new_namespace(plane, "progress")
     create(plane, ns, small_job("reporting"))
     wait_phase(plane, ns, "reporting", "Running")
-    core = client.CoreV1Api(plane.api_client())
-    token = core.create_namespaced_service_account_token(
-        "reporting-trainer", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    ).status.token
+    token = trainer_token(plane, ns, "reporting")
     as_trainer = plane.api_client(token=token)
     report = {"step": 7, "totalSteps": 10, "rewardMean": 0.625, "kl": 0.01, "tokensPerSecond": 240.0,
               "lastCheckpoint": {"step": 5, "path": "/checkpoints/step-5"}}

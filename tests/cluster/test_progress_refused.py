@@ -11,7 +11,7 @@ import time
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuberl.operator.testing.rljobs import create, eventually, new_namespace, small_job, status, wait_phase
+from kuberl.operator.testing.rljobs import create, eventually, new_namespace, small_job, status, trainer_token, wait_phase
 
 MARK = 987654321987654  # the hostile value: it must not reach the event
 
@@ -22,9 +22,7 @@ def test_a_refused_progress_report_makes_one_warning_event(control_plane, operat
     create(plane, ns, small_job("reporting"))
     wait_phase(plane, ns, "reporting", "Running")
     core = client.CoreV1Api(plane.api_client())
-    token = core.create_namespaced_service_account_token(
-        "reporting-trainer", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    ).status.token
+    token = trainer_token(plane, ns, "reporting")
     as_trainer = client.CoreV1Api(plane.api_client(token=token))
 
     def write(report: dict) -> bool:  # the RoleBinding may take a moment to reach the authorizer
