@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel
 
 from kuberl.engine.config import SecretKeyRef
+from kuberl.engine.config.multi_turn import ToolSandboxSpec
 
 from .api import RLJob, RLJobSpec, kube_types
 from .problems import Problem
@@ -44,6 +45,8 @@ UNCONFINED = "unconfined"
 VALUE_VOLUME_SOURCES = "admission.allowedVolumeSources"
 VALUE_RUNTIME_CLASSES = "admission.allowedRuntimeClasses"
 VALUE_CONTROL_PLANE = "admission.allowControlPlaneTolerations"
+VALUE_SANDBOX_EGRESS = "admission.allowedSandboxEgress"
+VALUE_SANDBOX_DNS = "admission.allowSandboxDNS"
 
 MAX_CHECKED_SECRET_REFERENCES = 24
 """Secret references (counting repeats) the policy checks one by one for a user who may get only some of the
@@ -67,6 +70,13 @@ class AdmissionPolicy:
     tolerations and a node selector of its own (its scheduling section), so which ones a tenant may use is the
     admin's call: typically a gVisor or Kata class, or the NVIDIA runtime's."""
     allow_control_plane_tolerations: bool = False
+    allowed_sandbox_egress: tuple[str, ...] = ()
+    """The networks (CIDRs, written as a job must write them) that a job's tool sandbox pods may be let out
+    to (rollout.multiTurn.sandbox.egress); empty: none. The sandbox NetworkPolicy selects pods by a label
+    that any pod creator of the namespace can set, so the networks a job may open are the ones the admin
+    would open to every such pod."""
+    allow_sandbox_dns: bool = False
+    """Whether a job may let its sandbox pods ask the cluster's DNS (rollout.multiTurn.sandbox.dns)."""
 
     @property
     def volume_sources(self) -> tuple[str, ...]:
@@ -126,6 +136,25 @@ def admission_problems(job: RLJob, source: str, policy: AdmissionPolicy = Admiss
         problems.append(Problem(source, "spec.rollout.multiTurn.sandbox.runtimeClassName", f"RuntimeClass {sandbox_class} is "
                                 f"not allowed (allowed: {allowed}): leave it out, or ask the cluster admin to add it to the "
                                 f"chart value {VALUE_RUNTIME_CLASSES}"))
+    problems += _sandbox_egress_problems(multi_turn.sandbox if multi_turn is not None else None, source, policy)
+    return problems
+
+
+def _sandbox_egress_problems(sandbox: ToolSandboxSpec | None, source: str, policy: AdmissionPolicy) -> list[Problem]:
+    """The tool sandbox pods' egress and DNS, each under its chart value. The networks are compared as written
+    (the admission policy's CEL compares strings), so a job names them exactly as the chart lists them."""
+    if sandbox is None:
+        return []
+    problems = []
+    allowed = ", ".join(policy.allowed_sandbox_egress) or "none"
+    for i, destination in enumerate(sandbox.egress):
+        if destination.cidr not in policy.allowed_sandbox_egress:
+            problems.append(Problem(source, f"spec.rollout.multiTurn.sandbox.egress[{i}].cidr", f"{destination.cidr} is not a network "
+                                    f"the sandbox pods may reach (allowed: {allowed}): name one of those as written, leave "
+                                    f"egress out, or ask the cluster admin to add it to the chart value {VALUE_SANDBOX_EGRESS}"))
+    if sandbox.dns and not policy.allow_sandbox_dns:
+        problems.append(Problem(source, "spec.rollout.multiTurn.sandbox.dns", "the sandbox pods may not ask the cluster's DNS here: "
+                                f"set dns: false, or ask the cluster admin to set the chart value {VALUE_SANDBOX_DNS}"))
     return problems
 
 

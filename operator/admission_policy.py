@@ -27,6 +27,8 @@ from .admission import (
     UNCONFINED,
     VALUE_CONTROL_PLANE,
     VALUE_RUNTIME_CLASSES,
+    VALUE_SANDBOX_DNS,
+    VALUE_SANDBOX_EGRESS,
     VALUE_VOLUME_SOURCES,
 )
 from .api import GROUP, PLURAL
@@ -36,7 +38,8 @@ _ROLES = ("actor", "critic", "ref", "reward")
 _SPEC = "object.spec"
 _IN_NAMESPACE = "authorizer.group('').resource('{resource}').namespace(request.namespace)"
 # Variables the chart's template defines from its values (helm/kuberl/templates/admission-policy.yaml).
-CHART_VARIABLES = ("allowedVolumeSources", "allowedRuntimeClasses", "allowControlPlaneTolerations")
+CHART_VARIABLES = ("allowedVolumeSources", "allowedRuntimeClasses", "allowControlPlaneTolerations", "allowedSandboxEgress",
+                   "allowSandboxDNS")
 
 
 def _cel_list(values: tuple[str, ...]) -> str:
@@ -98,7 +101,8 @@ _UNCONFINING_CEL = "r.pods.annotations[k] == '{u}' && ({keys} || {prefixes})".fo
     u=UNCONFINED, keys=" || ".join(f"k == '{k}'" for k in PROFILE_ANNOTATION_KEYS),
     prefixes=" || ".join(f"k.startsWith('{p}')" for p in PROFILE_ANNOTATION_PREFIXES))
 _SANDBOX = f"{_SPEC}.rollout.multiTurn.sandbox"
-_SANDBOX_GUARD = "!(" + " && ".join(f"has({_SANDBOX.rsplit('.', n)[0]})" for n in (2, 1, 0)) + f" && has({_SANDBOX}.runtimeClassName))"
+_SANDBOX_HAS = " && ".join(f"has({_SANDBOX.rsplit('.', n)[0]})" for n in (2, 1, 0))
+_SANDBOX_GUARD = f"!({_SANDBOX_HAS} && has({_SANDBOX}.runtimeClassName))"
 # An empty key is refused by the schema already; judged here as what it would mean, every taint.
 _CONTROL_PLANE_CEL = f"!has(t.key) || t.key == '' || t.key in {_cel_list(CONTROL_PLANE_TAINTS)}"
 
@@ -141,6 +145,21 @@ def policy() -> dict[str, Any]:
                                  "RuntimeClass (allowed: ' + (size(variables.allowedRuntimeClasses) == 0 ? 'none' : "
                                  f"variables.allowedRuntimeClasses.join(', ')) + '); the cluster admin may add it to the chart value "
                                  f"{VALUE_RUNTIME_CLASSES}'",
+            "reason": "Forbidden",
+        },
+        {
+            # The networks a job opens to its sandbox pods, as written, under the chart's list.
+            "expression": f"!({_SANDBOX_HAS} && has({_SANDBOX}.egress)) || {_SANDBOX}.egress.all(e, e.cidr in variables.allowedSandboxEgress)",
+            "messageExpression": f"'spec.rollout.multiTurn.sandbox.egress: ' + {_SANDBOX}.egress.filter(e, !(e.cidr in "
+                                 "variables.allowedSandboxEgress)).map(e, e.cidr).join(', ') + ' not a network the sandbox pods may reach "
+                                 "(allowed: ' + (size(variables.allowedSandboxEgress) == 0 ? 'none' : variables.allowedSandboxEgress.join(', ')) "
+                                 f"+ '); the cluster admin may add it to the chart value {VALUE_SANDBOX_EGRESS}'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"variables.allowSandboxDNS || !({_SANDBOX_HAS} && has({_SANDBOX}.dns) && {_SANDBOX}.dns)",
+            "message": "spec.rollout.multiTurn.sandbox.dns: the sandbox pods may not ask the cluster's DNS here; the cluster admin may "
+                       f"allow it with the chart value {VALUE_SANDBOX_DNS}",
             "reason": "Forbidden",
         },
         {

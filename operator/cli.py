@@ -34,11 +34,14 @@ def _admission_policy(args: argparse.Namespace) -> "AdmissionPolicy":
 
     return AdmissionPolicy(allowed_volume_sources=tuple(args.allow_volume_source),
                            allowed_runtime_classes=tuple(args.allow_runtime_class),
-                           allow_control_plane_tolerations=args.allow_control_plane_tolerations)
+                           allow_control_plane_tolerations=args.allow_control_plane_tolerations,
+                           allowed_sandbox_egress=tuple(args.allow_sandbox_egress),
+                           allow_sandbox_dns=args.allow_sandbox_dns)
 
 
 def _add_admission_flags(parser: argparse.ArgumentParser, what: str) -> None:
-    from .admission import DEFAULT_VOLUME_SOURCES, VALUE_CONTROL_PLANE, VALUE_RUNTIME_CLASSES, VALUE_VOLUME_SOURCES, VOLUME_SOURCES
+    from .admission import (DEFAULT_VOLUME_SOURCES, VALUE_CONTROL_PLANE, VALUE_RUNTIME_CLASSES, VALUE_SANDBOX_DNS, VALUE_SANDBOX_EGRESS,
+                            VALUE_VOLUME_SOURCES, VOLUME_SOURCES)
 
     parser.add_argument("--allow-volume-source", action="append", default=[], choices=VOLUME_SOURCES, metavar="SOURCE",
                         help=f"{what} this volume source beyond {', '.join(DEFAULT_VOLUME_SOURCES)} (repeatable; the chart's "
@@ -47,6 +50,11 @@ def _add_admission_flags(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"{what} this RuntimeClass (repeatable; none by default; the chart's {VALUE_RUNTIME_CLASSES})")
     parser.add_argument("--allow-control-plane-tolerations", action="store_true",
                         help=f"{what} tolerations of the control plane's taints (the chart's {VALUE_CONTROL_PLANE})")
+    parser.add_argument("--allow-sandbox-egress", action="append", default=[], metavar="CIDR", type=_sandbox_cidr,
+                        help=f"{what} to let their tool sandbox pods reach this network, named as written (repeatable; none "
+                        f"by default; the chart's {VALUE_SANDBOX_EGRESS})")
+    parser.add_argument("--allow-sandbox-dns", action="store_true",
+                        help=f"{what} to let their tool sandbox pods ask the cluster's DNS (the chart's {VALUE_SANDBOX_DNS})")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -138,6 +146,15 @@ def _network_peer(text: str) -> dict:
         raise argparse.ArgumentTypeError(f"{text!r}: a peer is an object with namespaceSelector and/or podSelector, each a "
                                          "label selector (matchLabels, matchExpressions)")
     return peer
+
+
+def _sandbox_cidr(text: str) -> str:
+    """--allow-sandbox-egress: a network as a job's egress must name it (no host bits set)."""
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a network ({exc}); give a CIDR such as 203.0.113.0/24")
+    return text
 
 
 def _network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":

@@ -111,6 +111,33 @@ def test_a_control_plane_toleration_is_refused_unless_the_chart_allows_it(tolera
     assert problems(doc, AdmissionPolicy(allow_control_plane_tolerations=True)) == []
 
 
+def with_sandbox(sandbox: dict[str, Any]) -> dict[str, Any]:
+    doc = base()
+    doc["spec"]["rollout"]["multiTurn"] = {"tools": [{"name": "python"}], "maxTotalTokens": 256, "sandbox": sandbox}
+    return doc
+
+
+def test_sandbox_egress_is_refused_unless_the_chart_lists_the_network_as_written() -> None:
+    # Any pod of the namespace may wear a job's sandbox label and borrow the egress the job opens.
+    doc = with_sandbox({"egress": [{"cidr": "203.0.113.0/24", "ports": [{"port": 443}]}, {"cidr": "10.0.0.0/8"}]})
+    found = problems(doc)
+    assert [p.split(":")[0] for p in found] == ["spec.rollout.multiTurn.sandbox.egress[0].cidr", "spec.rollout.multiTurn.sandbox.egress[1].cidr"]
+    assert "(allowed: none)" in found[0] and "admission.allowedSandboxEgress" in found[0]
+    assert [p.split(":")[0] for p in problems(doc, AdmissionPolicy(allowed_sandbox_egress=("203.0.113.0/24",)))] == [
+        "spec.rollout.multiTurn.sandbox.egress[1].cidr"]
+    assert problems(doc, AdmissionPolicy(allowed_sandbox_egress=("203.0.113.0/24", "10.0.0.0/8"))) == []
+    # A network inside an allowed one is still a different network: named as the chart lists it, or refused.
+    assert problems(with_sandbox({"egress": [{"cidr": "10.1.0.0/16"}]}), AdmissionPolicy(allowed_sandbox_egress=("10.0.0.0/8",))) != []
+
+
+def test_sandbox_dns_is_refused_unless_the_chart_allows_it() -> None:
+    doc = with_sandbox({"dns": True})
+    [found] = problems(doc)
+    assert found.startswith("spec.rollout.multiTurn.sandbox.dns: ") and "admission.allowSandboxDNS" in found
+    assert problems(doc, AdmissionPolicy(allow_sandbox_dns=True)) == []
+    assert problems(with_sandbox({"dns": False})) == []
+
+
 def test_every_role_is_checked() -> None:
     doc = base()
     doc["spec"]["algorithm"]["klCoef"] = 0.01
@@ -193,7 +220,8 @@ def test_the_chart_values_are_the_python_contract() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["admission"]["properties"]
     assert schema["allowedVolumeSources"]["items"]["enum"] == list(VOLUME_SOURCES)
     values = yaml.safe_load((CHART / "values.yaml").read_text())["admission"]
-    assert values == {"enabled": True, "allowedVolumeSources": [], "allowedRuntimeClasses": [], "allowControlPlaneTolerations": False}
+    assert values == {"enabled": True, "allowedVolumeSources": [], "allowedRuntimeClasses": [], "allowControlPlaneTolerations": False,
+                      "allowedSandboxEgress": [], "allowSandboxDNS": False}
     assert policy()["defaults"]["volumeSources"] == list(DEFAULT_VOLUME_SOURCES)
     template = (CHART / "templates" / "admission-policy.yaml").read_text()
     assert all(f"- name: {name}" in template for name in CHART_VARIABLES)
@@ -237,13 +265,15 @@ def static_verdicts(doc: dict[str, Any], allowed: AdmissionPolicy) -> list[bool]
         "allowedVolumeSources": list(allowed.volume_sources),
         "allowedRuntimeClasses": list(allowed.allowed_runtime_classes),
         "allowControlPlaneTolerations": allowed.allow_control_plane_tolerations,
+        "allowedSandboxEgress": list(allowed.allowed_sandbox_egress),
+        "allowSandboxDNS": allowed.allow_sandbox_dns,
     }
     activation = {"object": doc, "request": {"operation": "CREATE", "namespace": "team", "userInfo": {"username": "u"}}}
     for variable in rendered["variables"]:
         if "authorizer" not in variable["expression"]:
             variables[variable["name"]] = evaluate(variable["expression"], {**activation, "variables": _cel(variables)})
     static = [v for v in rendered["validations"] if "authorizer" not in v["expression"] and "mayGetEverySecret" not in v["expression"]]
-    assert len(static) == 5
+    assert len(static) == 7
     return [bool(evaluate(v["expression"], {**activation, "variables": _cel(variables)}))
             for v in static]
 
@@ -260,14 +290,18 @@ def _admission_cases() -> list[tuple[str, dict[str, Any]]]:
     assert len(cases) >= 7
     gvisor = base()
     gvisor["spec"]["roles"]["actor"]["runtimeClassName"] = "gvisor"
-    return [*cases, ("base", base()), ("every-secret", every_secret_reference()), ("gvisor", gvisor)]
+    egress = with_sandbox({"egress": [{"cidr": "203.0.113.0/24"}, {"cidr": "2001:db8::/32", "ports": [{"port": 443}]}], "dns": True})
+    return [*cases, ("base", base()), ("every-secret", every_secret_reference()), ("gvisor", gvisor), ("sandbox-egress", egress),
+            ("sandbox-no-egress", with_sandbox({}))]
 
 
 @pytest.mark.parametrize("allowed", [
     AdmissionPolicy(),
     AdmissionPolicy(allowed_volume_sources=("hostPath", "cephfs"), allowed_runtime_classes=("gvisor",)),
-    AdmissionPolicy(allowed_volume_sources=VOLUME_SOURCES, allowed_runtime_classes=("kata", "gvisor"), allow_control_plane_tolerations=True),
-], ids=["defaults", "some", "everything"])
+    AdmissionPolicy(allowed_volume_sources=("hostPath",), allowed_sandbox_egress=("203.0.113.0/24",), allow_sandbox_dns=True),
+    AdmissionPolicy(allowed_volume_sources=VOLUME_SOURCES, allowed_runtime_classes=("kata", "gvisor"), allow_control_plane_tolerations=True,
+                    allowed_sandbox_egress=("2001:db8::/32", "203.0.113.0/24"), allow_sandbox_dns=True),
+], ids=["defaults", "some", "some-egress", "everything"])
 def test_the_policys_cel_and_kuberl_validate_agree(allowed: AdmissionPolicy) -> None:
     verdicts = {}
     for name, doc in _admission_cases():
@@ -311,15 +345,18 @@ def test_the_operator_takes_the_charts_allow_lists_as_flags() -> None:
     from kuberl.operator.cli import _admission_policy, build_parser
 
     args = build_parser().parse_args(["operator", "--allow-volume-source=hostPath", "--allow-volume-source=nfs",
-                                      "--allow-runtime-class=gvisor", "--allow-control-plane-tolerations"])
-    assert _admission_policy(args) == AdmissionPolicy(("hostPath", "nfs"), ("gvisor",), True)
+                                      "--allow-runtime-class=gvisor", "--allow-control-plane-tolerations",
+                                      "--allow-sandbox-egress=203.0.113.0/24", "--allow-sandbox-dns"])
+    assert _admission_policy(args) == AdmissionPolicy(("hostPath", "nfs"), ("gvisor",), True, ("203.0.113.0/24",), True)
     assert _admission_policy(build_parser().parse_args(["operator"])) == AdmissionPolicy()
     with pytest.raises(SystemExit):  # a source that no PodSpec has is refused at once
         build_parser().parse_args(["operator", "--allow-volume-source=hostpath"])
+    with pytest.raises(SystemExit):  # as is a network with host bits set, which no job's egress could name
+        build_parser().parse_args(["operator", "--allow-sandbox-egress=203.0.113.7/24"])
 
 
 def test_the_policy_holds_the_tool_sandbox_pods_runtime_class_to_the_same_allow_list() -> None:
     doc = base()
     doc["spec"]["rollout"]["multiTurn"] = {"sandbox": {"runtimeClassName": "kata"}}  # what the API server passes on
-    assert static_verdicts(doc, AdmissionPolicy()) == [True, True, False, True, True]
+    assert static_verdicts(doc, AdmissionPolicy()) == [True, True, False, True, True, True, True]
     assert all(static_verdicts(doc, AdmissionPolicy(allowed_runtime_classes=("gvisor", "kata"))))

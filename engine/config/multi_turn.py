@@ -192,10 +192,12 @@ class ToolSandboxSpec(SpecModel):
     """The size limit of each sandbox pod's scratch volume (an emptyDir, emptied after every call)."""
     egress: list[EgressDestinationSpec] = Field(default=[], max_length=MAX_EGRESS_DESTINATIONS)
     """The networks the tool code may reach from the sandbox pods; none by default (no egress at all).
-    Names are not resolved unless dns is true as well."""
+    Only networks the chart's admission.allowedSandboxEgress lists, as written there. Names are not
+    resolved unless dns is true as well."""
     dns: bool = False
     """Let the sandbox pods ask the cluster's DNS (kube-dns pods of kube-system, port 53): off by default
-    because a resolver that recurses is a way out for data by itself, whatever egress says."""
+    because a resolver that recurses is a way out for data by itself, whatever egress says. Needs the
+    chart's admission.allowSandboxDNS."""
 
 
 class MultiTurnSpec(SpecModel):

@@ -55,7 +55,7 @@ VALIDATING_TEMPLATE = """## Validating a manifest
 kuberl validate job.yaml more/*.yaml     # exit 0 when every file is valid, 1 otherwise
 kuberl validate -R manifests/            # directories, and with -R their subdirectories
 kuberl validate --local job.yaml         # for `kuberl run`: paths on this machine, no volumes needed
-kuberl validate --allow-volume-source nfs job.yaml   # against a cluster whose chart allows more (also --allow-runtime-class, --allow-control-plane-tolerations)
+kuberl validate --allow-volume-source nfs job.yaml   # against a cluster whose chart allows more (also --allow-runtime-class, --allow-control-plane-tolerations, --allow-sandbox-egress, --allow-sandbox-dns)
 ```
 
 `kuberl validate` checks every RLJob document of each file (documents of other kinds are skipped) against
@@ -109,6 +109,9 @@ def cluster_rules() -> str:
         "(none by default);\n"
         "- no [toleration](#spec.roles.actor.tolerations) of the control plane's taints (or of every taint, an empty key), "
         "unless the chart's `admission.allowControlPlaneTolerations`;\n"
+        "- the tool sandbox pods' [egress](#spec.rollout.multiTurn.sandbox.egress) names only networks of the chart's "
+        "`admission.allowedSandboxEgress`, exactly as listed there, and [dns](#spec.rollout.multiTurn.sandbox.dns) is true only "
+        "where `admission.allowSandboxDNS` (neither by default);\n"
         "- no [annotation](#spec.roles.actor.annotations) that sets an AppArmor or seccomp profile to `unconfined`.\n\n"
         "The chart's admission policy refuses the same at the API server, and checks what only the cluster can: the user who "
         "sends the RLJob may get every Secret it names, and may create pods in the namespace when it names "

@@ -31,7 +31,14 @@ def _ensure(create) -> None:
 
 
 @pytest.fixture(scope="module")
-def operator(control_plane, rljob_crd, tmp_path_factory):
+def operator_args() -> tuple[str, ...]:
+    """More `kuberl operator` flags for a module's operator (a module overrides this fixture): none by default,
+    as the chart's default values give none."""
+    return ()
+
+
+@pytest.fixture(scope="module")
+def operator(control_plane, rljob_crd, tmp_path_factory, operator_args):
     """One operator per module: two at once would reconcile the same jobs."""
     admin = control_plane.api_client()
     core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
@@ -50,7 +57,8 @@ def operator(control_plane, rljob_crd, tmp_path_factory):
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
     ).status.token
     workdir = tmp_path_factory.mktemp("operator")
-    process = OperatorProcess(control_plane.kubeconfig_for_token(token, workdir / "operator.kubeconfig"), workdir / "operator.log")
+    process = OperatorProcess(control_plane.kubeconfig_for_token(token, workdir / "operator.kubeconfig"), workdir / "operator.log",
+                              args=operator_args)
     process.start()
     yield process
     process.stop()

@@ -215,16 +215,18 @@ def test_privileged_settings_are_refused_by_the_policy(control_plane, tenants, c
 def test_the_policy_is_rendered_with_the_chart_values(control_plane) -> None:
     result = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES,
                                 "--set", "admission.allowedVolumeSources={nfs,hostPath},admission.allowedRuntimeClasses={gvisor},"
-                                "admission.allowControlPlaneTolerations=true")
+                                "admission.allowControlPlaneTolerations=true,admission.allowedSandboxEgress={203.0.113.0/24},"
+                                "admission.allowSandboxDNS=true")
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     [vap] = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
     assert json.loads(variables["allowedVolumeSources"]) == [*DEFAULT_VOLUME_SOURCES, "nfs", "hostPath"]
     assert json.loads(variables["allowedRuntimeClasses"]) == ["gvisor"] and variables["allowControlPlaneTolerations"] == "true"
+    assert json.loads(variables["allowedSandboxEgress"]) == ["203.0.113.0/24"] and variables["allowSandboxDNS"] == "true"
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--allow-volume-source=nfs", "--allow-volume-source=hostPath", "--allow-runtime-class=gvisor",
-            "--allow-control-plane-tolerations"} <= set(args)
+            "--allow-control-plane-tolerations", "--allow-sandbox-egress=203.0.113.0/24", "--allow-sandbox-dns"} <= set(args)
     off = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES, "--set", "admission.enabled=false")
     assert "ValidatingAdmissionPolicy" not in off.stdout
     bad = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES,

@@ -3,7 +3,8 @@ chart's own rights (tests/cluster/conftest.py): the Deployment, its headless Ser
 NetworkPolicy, owned by the RLJob; the NetworkPolicy's selectors, against the pods the API holds,
 take in the sandbox pods and admit the trainer pods, and nothing else; the trainers are told the
 address; deleting the RLJob takes it all away. A finished or suspended job holds no sandbox pod (a
-resumed one gets them back), and the egress a job names reaches the policy only through the CRD's rules."""
+resumed one gets them back), and the egress a job names reaches the policy only through the CRD's rules
+and the chart's allow-list (here the operator's flags, as the chart passes them)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.testing.rljobs import EXIT_ANNOTATION, create, eventually, get, live_pods, new_namespace, small_job, wait_phase
+
+ALLOWED_EGRESS = ("0.0.0.0/0", "203.0.113.0/24")
+
+
+@pytest.fixture(scope="module")
+def operator_args() -> tuple[str, ...]:
+    # What the chart passes for admission.allowedSandboxEgress and admission.allowSandboxDNS.
+    return (*(f"--allow-sandbox-egress={cidr}" for cidr in ALLOWED_EGRESS), "--allow-sandbox-dns")
 
 
 def _selects(selector, labels: dict[str, str]) -> bool:
@@ -134,3 +143,11 @@ def test_the_api_server_holds_egress_to_its_rules_and_the_policy_lets_out_what_i
     assert [(r.to[0].ip_block.cidr, r.to[0].ip_block._except) for r in rules[:2]] == [("0.0.0.0/0", ["169.254.0.0/16"]), ("203.0.113.0/24", None)]
     assert [(p.protocol, p.port, p.end_port) for p in rules[1].ports] == [("UDP", 4000, 4010)]
     assert [(p.protocol, p.port) for p in rules[2].ports] == [("UDP", 53), ("TCP", 53)] and len(rules) == 3
+
+    # A network the chart does not list: refused before anything is made (a pod that wore the job's sandbox
+    # label would borrow whatever the job opens).
+    create(plane, ns, small_job("wider", rollout=rollout({"egress": [{"cidr": "198.51.100.0/24"}]})))
+    status = wait_phase(plane, ns, "wider", "Failed", timeout=60)
+    [condition] = [c for c in status["conditions"] if c["reason"] == "InvalidSpec"]
+    assert "sandbox.egress[0].cidr" in condition["message"] and "admission.allowedSandboxEgress" in condition["message"]
+    assert not [p for p in net.list_namespaced_network_policy(ns).items if p.metadata.name.startswith("wider")]
