@@ -3,7 +3,8 @@
 One replicated job per role with pods of its own (pod_spec.replicated_job). JobSet gives the pods
 stable hostnames under the job's headless Service (rank 0 is `<job>-actor-0-0.<job>`), restarts every
 Job of the gang when one fails (failurePolicy: a rank cannot survive a lost peer; each restart
-resumes from the last checkpoint), and succeeds when the actor's Job completes (the other roles end
+resumes from the last checkpoint) unless a rank said a restart cannot help (then it fails the whole
+JobSet at once), and succeeds when the actor's Job completes (the other roles end
 when the controller rank tells them to). Kueue, when the job names a LocalQueue, admits the JobSet as
 one Workload with a PodSet per role: all of the job's pods, or none.
 
@@ -26,6 +27,9 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 CRD = "jobsets.jobset.x-k8s.io"
 MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
+NOT_RETRYABLE_RULE = "not-retryable"
+JOB_REASON_POD_FAILURE_POLICY = "PodFailurePolicy"
+"""The reason of a Job's Failed condition when a podFailurePolicy rule failed it."""
 
 
 def jobset(job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: Owner, *,
@@ -40,7 +44,11 @@ def jobset(job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: 
         # Our own headless Service (planner.py) has this name, selects every pod and serves the metrics
         # port: JobSet finds it and does not make another.
         "network": {"subdomain": owner.name, "enableDNSHostnames": True, "publishNotReadyAddresses": True},
-        "failurePolicy": {"maxRestarts": max(0, spec.run_policy.backoff_limit - restarts_before), "restartStrategy": "Recreate"},
+        "failurePolicy": {
+            "maxRestarts": max(0, spec.run_policy.backoff_limit - restarts_before), "restartStrategy": "Recreate",
+            # A Job failed by its podFailurePolicy (a rank exited NOT_RETRYABLE_EXIT_CODE): the whole job fails now.
+            "rules": [{"name": NOT_RETRYABLE_RULE, "action": "FailJobSet", "onJobFailureReasons": [JOB_REASON_POD_FAILURE_POLICY]}],
+        },
         "successPolicy": {"operator": "All", "targetReplicatedJobs": ["actor"]},
         "replicatedJobs": [
             replicated_job(job, role, config, settings, owner)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kuberl.engine.config import EngineConfig
 from kuberl.engine.config.multi_turn import NODE_IP_ENV, TOOL_NETWORKS_ENV
+from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TRAINER_CONTAINER
 
 from .api import GPU_RESOURCE, MASTER_PORT, RLJob
 from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
@@ -143,7 +144,7 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
 
     volumes, mounts = _trainer_volumes(job, role, settings)
     container: dict[str, Any] = {
-        "name": "trainer",
+        "name": TRAINER_CONTAINER,
         "image": trainer_image(job, settings),
         "imagePullPolicy": spec.image_pull_policy or settings.image_pull_policy,
         "command": ["kuberl", "worker"],
@@ -151,6 +152,8 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         "ports": ports,
         "resources": resources,
         "volumeMounts": mounts,
+        # A failed rank writes why (engine/config/termination.py); one that dies before it can, its log's tail.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": CONTAINER_SECURITY,
     }
     if role_spec.env_from:
@@ -195,8 +198,12 @@ def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: Operat
         "completionMode": "Indexed",
         "completions": replicas,
         "parallelism": replicas,
-        # One failed pod fails its Job, and JobSet restarts every Job of the gang (jobset.py).
+        # One failed pod fails its Job, and JobSet restarts every Job of the gang (jobset.py); unless the rank
+        # said a restart cannot help: then the Job fails with reason PodFailurePolicy, and the JobSet with it.
         "backoffLimit": 0,
+        "podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": TRAINER_CONTAINER, "operator": "In", "values": [NOT_RETRYABLE_EXIT_CODE]}},
+        ]},
         "template": {
             "metadata": {"labels": pod_labels, **({"annotations": pod_annotations} if pod_annotations else {})},
             "spec": pod_spec,

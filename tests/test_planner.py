@@ -108,8 +108,16 @@ def test_one_jobset_holds_every_role_with_pods_and_restarts_the_gang() -> None:
     assert js["metadata"]["annotations"] == {"kuberl.dev/restarts-before": "2", "kuberl.dev/preemptions-before": "1"}
     spec = js["spec"]
     assert [r["name"] for r in spec["replicatedJobs"]] == ["actor", "critic"]  # ref is colocated
-    # A failed pod fails its Job (backoffLimit 0) and JobSet recreates every Job: the backoffLimit left.
-    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate"}
+    # A failed pod fails its Job (backoffLimit 0) and JobSet recreates every Job: the backoffLimit left; unless a
+    # rank exited 3 (a restart cannot help): its Job's podFailurePolicy fails it, and that fails the JobSet.
+    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate", "rules": [
+        {"name": "not-retryable", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}
+    for replicated in spec["replicatedJobs"]:
+        job_spec = replicated["template"]["spec"]
+        assert job_spec["backoffLimit"] == 0 and job_spec["podFailurePolicy"] == {"rules": [
+            {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [3]}}]}
+        [trainer] = job_spec["template"]["spec"]["containers"]
+        assert trainer["name"] == "trainer" and trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor"]}
     assert spec["network"] == {"subdomain": "ppo-qwen-math", "enableDNSHostnames": True, "publishNotReadyAddresses": True}
     assert "suspend" not in spec  # no queue: the pods start as soon as they can be scheduled

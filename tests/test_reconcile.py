@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kuberl.engine.config import CheckpointStatus, ProgressReport
+from kuberl.engine.config.termination import TrainerFailure
 from kuberl.operator.api import RLJob, RLJobStatus
 from kuberl.operator.children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
 from kuberl.operator.manifest import load_rljobs
@@ -37,12 +38,13 @@ def jobset(restarts: int = 0, suspend: bool = False, conditions: tuple[str, ...]
             "status": {"restarts": restarts, "conditions": [{"type": c, "status": "True", "message": f"{c} message"} for c in conditions]}}
 
 
-def pod(index: int, restart: int = 0, phase: str = "Running", ready: bool = True) -> dict:
+def pod(index: int, restart: int = 0, phase: str = "Running", ready: bool = True, exit_code: int = 1, message: str | None = None,
+        role: str = "actor") -> dict:
+    terminated = {"exitCode": exit_code, "reason": "Error", **({"message": message} if message is not None else {})}
     return {
-        "metadata": {"name": f"dpo-smollm2-actor-0-{index}-x", "labels": {LABEL_ROLE: "actor", JOBSET_RESTART_LABEL: str(restart)}},
+        "metadata": {"name": f"dpo-smollm2-{role}-0-{index}-x", "labels": {LABEL_ROLE: role, JOBSET_RESTART_LABEL: str(restart)}},
         "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   **({"containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]}
-                      if phase == "Failed" else {})},
+                   **({"containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}]} if phase == "Failed" else {})},
     }
 
 
@@ -70,7 +72,7 @@ def test_a_gang_restart_is_jobsets_own_and_counted_once() -> None:
     observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, restart=0, phase="Failed"), pod(0, restart=1, ready=False)])
     d = decide(demo(phase="Running"), observed, NOW)
     assert d.status.restarts == 1 and d.status.phase == "Restarting"
-    assert "restart 1 of 3" in d.message and "(role actor) failed: container trainer exited with code 3" in d.message
+    assert "restart 1 of 3" in d.message and "(role actor) failed: container trainer exited with code 1" in d.message
     assert [e[1] for e in d.events] == ["GangRestart"]
     assert d.status.roles["actor"].active == 1  # the pods of the current restart only
     again = demo(restarts=1, phase="Restarting")
@@ -88,6 +90,34 @@ def test_a_failed_jobset_fails_the_job_with_its_pod() -> None:
     d = decide(demo(restarts=3, phase="Restarting"), observed, NOW)
     assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "BackoffLimitExceeded"
     assert "backoffLimit 3 reached after 3 restart(s)" in d.message and d.delete == ("jobset/dpo-smollm2",)
+
+
+def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once_with_its_words() -> None:
+    said = TrainerFailure(reason="UnsupportedModel", retryable=False, role="actor", rank=1,
+                          message="UnsupportedModel: model_type 'gemma3' is not a Llama-family model (supported: llama, qwen2, mistral)")
+    observed = Observed(jobsets=[jobset(restarts=0, conditions=("Failed",))],
+                        pods=[pod(0, phase="Failed", exit_code=143), pod(1, phase="Failed", exit_code=3, message=said.to_json())])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "UnsupportedModel"
+    assert d.message.startswith("pod dpo-smollm2-actor-0-1-x (role actor, rank 1): UnsupportedModel: model_type 'gemma3'")
+    assert d.message.endswith("not retried: a restart would fail the same way") and "backoffLimit" not in d.message
+    assert [e[1] for e in d.events] == ["UnsupportedModel"] and d.delete == ("jobset/dpo-smollm2",)
+
+
+def test_a_not_retryable_exit_without_a_report_still_fails_at_once() -> None:
+    # An older trainer image, or a rank that died before it could write: the log's tail, as the kubelet kept it.
+    observed = Observed(jobsets=[jobset(conditions=("Failed",))], pods=[pod(0, phase="Failed", exit_code=3, message="Traceback ...\nboom")])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.conditions[-1].reason == "NotRetryable" and "exited with code 3" in d.message and "not retried" in d.message
+
+
+def test_a_restart_names_the_pod_that_failed_not_the_ones_stopped_after_it() -> None:
+    # The critic's rank failed by itself; the Job controller then stopped the actor's ranks (exit 143).
+    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, phase="Failed", exit_code=143), pod(0, role="critic", phase="Failed",
+                                                                                                     exit_code=1),
+                                                           pod(0, restart=1, ready=False)])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.phase == "Restarting" and "pod dpo-smollm2-critic-0-0-x (role critic) failed" in d.message
 
 
 def test_suspend_deletes_the_pods_and_clears_the_deadline_clock() -> None:

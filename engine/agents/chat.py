@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.termination import NotRetryable
+
 _SENTINEL = "KUBERL_TURN_SENTINEL"
 _PROBE = {"type": "function", "function": {"name": "kuberl_probe_tool", "description": "probe",
                                            "parameters": {"type": "object", "properties": {}}}}
 
 
-class TemplateError(ValueError):
+class TemplateError(NotRetryable, ValueError):
     """A chat template that cannot render multi-turn tool conversations; the message says why."""
+
+    reason = "InvalidConfig"
 
 
 def describes_tools(tokenizer: Any) -> bool:

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..config.data import DataSpec, DatasetSource, GeneratorSpec
+from ..config.termination import NotRetryable
 
 
-class DataError(ValueError):
+class DataError(NotRetryable, ValueError):
     """A record or file that cannot be used; the message starts with file:line."""
+
+    reason = "InvalidData"
 
 
 @dataclass(frozen=True)

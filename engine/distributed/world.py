@@ -13,12 +13,16 @@ from typing import Mapping
 
 import torch.distributed as dist
 
+from ..config.termination import NotRetryable
+
 DEFAULT_TIMEOUT_S = 600
 DEFAULT_LINK_TIMEOUT_S = 3600
 
 
-class WorldError(RuntimeError):
+class WorldError(NotRetryable, RuntimeError):
     """The environment does not describe a valid rank."""
+
+    reason = "InvalidConfig"
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
+from ..common.termination_log import write_termination_message
 from ..config.initialization import PERMANENT_FAILURE_EXIT_CODE, TERMINATION_MESSAGE_LIMIT, InitializationReport
 from .failures import RETRIED_REASONS
 
 log = logging.getLogger("kuberl.initializer")
-
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-
 
 MESSAGE_LIMIT = 1024  # InitializationReport.message's bound
 
@@ -26,11 +22,7 @@ def exit_code(report: InitializationReport) -> int:
 
 def finish(report: InitializationReport) -> None:
     """The report to the termination log (for the operator), a line for people on stdout."""
-    path = os.environ.get("KUBERL_TERMINATION_LOG") or DEFAULT_TERMINATION_LOG
-    try:
-        Path(path).write_text(fit_report(report))
-    except OSError as exc:  # not in a pod (no /dev/termination-log): the summary line still says it
-        log.debug("cannot write the termination log %s: %s", path, exc)
+    write_termination_message(fit_report(report))
     print(summary(report), flush=True)
 
 

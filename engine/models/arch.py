@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..config.termination import NotRetryable
+
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+
+
+class UnsupportedModel(NotRetryable, ValueError):
+    """A model this engine cannot train, or cannot split the way the job's layout asks; the message says
+    what the model asks for and what is supported."""
+
+    reason = "UnsupportedModel"
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,7 @@ class LlamaArch:
         get = config.get if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
         model_type = get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(f"model_type {model_type!r} is not a Llama-family model (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+            raise UnsupportedModel(f"model_type {model_type!r} is not a Llama-family model (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
         heads = get("num_attention_heads")
         hidden = get("hidden_size")
         rope_theta = get("rope_theta")
@@ -46,7 +55,7 @@ class LlamaArch:
             rope_theta = (get("rope_parameters") or {}).get("rope_theta", 10000.0)
         scaling = get("rope_scaling")
         if scaling and (scaling.get("rope_type") or scaling.get("type")) not in (None, "default"):
-            raise ValueError(f"rope_scaling {scaling} is not supported yet")
+            raise UnsupportedModel(f"rope_scaling {scaling} is not supported yet (only the default rope)")
         return cls(
             vocab_size=get("vocab_size"),
             hidden_size=hidden,
@@ -74,4 +83,4 @@ class LlamaArch:
         if self.num_layers % pp:
             problems.append(f"pp={pp} must divide the {self.num_layers} layers")
         if problems:
-            raise ValueError("; ".join(problems))
+            raise UnsupportedModel("; ".join(problems))

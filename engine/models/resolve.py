@@ -6,11 +6,14 @@ import os
 from pathlib import Path
 
 from ..config.model import WeightsSource
+from ..config.termination import NotRetryable
 from .loading import gguf_to_hf_folder
 
 
-class ModelNotFound(FileNotFoundError):
+class ModelNotFound(NotRetryable, FileNotFoundError):
     """The model a job names is not where it says; the message names the field."""
+
+    reason = "ModelNotFound"
 
 
 def model_folder(source: WeightsSource, base_dir: Path = Path("."), *, field: str = "model") -> Path:

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..config.reward import RewardSpec
 from ..common.user_code import import_user_file
+from ..config.reward import RewardSpec
+from ..config.termination import NotRetryable
 from .rules import RULES, RewardFn
 
-class RewardError(ValueError):
+class RewardError(NotRetryable, ValueError):
     """A reward source that cannot be built or called; the message names the field."""
+
+    reason = "RewardFailed"
 
 
 def _check_args(field: str, fn: RewardFn, args: dict[str, Any]) -> None:

@@ -7,11 +7,14 @@ from .. import algorithms as A
 from ..algorithms.presets import AlgorithmChoice
 from ..config.algorithm import AlgorithmSpec
 from ..config.options import option_manifest_name
+from ..config.termination import NotRetryable
 from ..steps import STEPS
 
 
-class ConfigError(ValueError):
+class ConfigError(NotRetryable, ValueError):
     """The job asks for something this engine cannot do; the message names the field."""
+
+    reason = "InvalidConfig"
 
 
 def _words(names: list[str]) -> str:

@@ -16,9 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..config.termination import NotRetryable
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(NotRetryable, RuntimeError):
     """A checkpoint part that the engine refuses to load; the message names the file, what is wrong and what to do."""
+
+    reason = "CheckpointRefused"
 
 
 def _numpy_globals() -> list[Any]:

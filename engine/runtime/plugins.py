@@ -15,14 +15,17 @@ from pathlib import Path
 
 import torch
 
-from ..steps.registry import STEPS
-from ..common.user_code import import_user_file
 from ..algorithms.presets import PRESETS
 from ..algorithms.registry import ADVANTAGES, POLICY_LOSSES, AdvantageInputs, Advantages, LossInputs
+from ..common.user_code import import_user_file
+from ..config.termination import NotRetryable
+from ..steps.registry import STEPS
 
 
-class PluginError(ValueError):
+class PluginError(NotRetryable, ValueError):
     """A plug-in that cannot be used; the message names the file and the function."""
+
+    reason = "UserCodeFailed"
 
 
 # Part of the registries' state: a file registers its entries once per process.

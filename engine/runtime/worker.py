@@ -1,9 +1,11 @@
 """`kuberl worker`: what one rank of a job runs, in a pod or under `kuberl run`.
 
 Reads the engine config (KUBERL_CONFIG) and the rank's place (torchrun's variables), joins the
-world, runs the job to its end, and exits 0; any failure is logged with the rank and role and
-exits 1, so the pod (or `kuberl run`) reports it. SIGTERM or SIGINT stops the job at the next step
-boundary with a checkpoint, and the rank exits 128 + the signal (stopping.py).
+world, runs the job to its end, and exits 0. A failure is logged with the rank and role, and written
+to the container's termination message (config/termination.py); the rank exits 3 when a restart
+cannot change its cause (the job's configuration, its model, its user code, a refused checkpoint), so
+the job fails at once, and 1 otherwise, so the gang restarts. SIGTERM or SIGINT stops the job at the
+next step boundary with a checkpoint, and the rank exits 128 + the signal (stopping.py).
 """
 
 from __future__ import annotations
@@ -15,6 +17,19 @@ import traceback
 from pathlib import Path
 
 log = logging.getLogger("kuberl.engine")
+
+
+def report_failure(exc: BaseException, role: str, rank: int) -> int:
+    """Write why this rank failed to the termination log (for the operator); the exit code that says
+    whether a restart could help."""
+    from ..common.termination_log import write_termination_message
+    from ..config.termination import exit_code_of, failure_of
+
+    failure = failure_of(exc, role, rank)
+    write_termination_message(failure.to_json())
+    if not failure.retryable:
+        log.error("rank %d (role %s): %s; not retried: a restart would fail the same way", rank, role, failure.reason)
+    return exit_code_of(failure)
 
 
 def _threads(environ) -> int:
@@ -63,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         env = RankEnv.from_environ()
     except WorldError as exc:
         print(f"kuberl worker: {exc}", file=sys.stderr)
-        return 2
+        return report_failure(exc, os.environ.get("KUBERL_ROLE", "?")[:16], 0)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {env.rank} [{env.role}] %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     for noisy in ("vllm", "transformers", "megatron", "httpx"):
@@ -81,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
     config_path = os.environ.get("KUBERL_CONFIG")
     if not config_path:
-        log.error("KUBERL_CONFIG is not set: it names the engine config (JSON) that the operator or `kuberl run` renders")
-        return 2
+        from ..runtime.algorithm_checks import ConfigError
+
+        return report_failure(ConfigError("KUBERL_CONFIG is not set: it names the engine config (JSON) that the operator or "
+                                          "`kuberl run` renders"), env.role, env.rank)
 
     import torch
 
@@ -94,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = EngineConfig.model_validate_json(Path(config_path).read_text())
     except Exception as exc:
+        from ..runtime.algorithm_checks import ConfigError
+
         log.error("cannot read the engine config %s: %s", config_path, exc)
-        return 2
+        return report_failure(ConfigError(f"cannot read the engine config {config_path}: {exc}"), env.role, env.rank)
     run_dir = Path(os.environ.get("KUBERL_RUN_DIR", config.trainer.checkpoint.path)).expanduser()
     run = None
     try:
@@ -127,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("%s", traceback.format_exc())
         if not isinstance(exc, (ValueError, FileNotFoundError)):
             traceback.print_exc()
-        return 1
+        return report_failure(exc, env.role, env.rank)
     finally:
         if run is not None:
             run.close()

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..config.termination import NotRetryable
 from ..config.tracking import TrackingSpec
 from .grouping import tracked_scalars
 from .registry import TRACKERS, Tracker, TrackerContext
@@ -20,8 +21,10 @@ log = logging.getLogger("kuberl.engine")
 RUN_IDS_FILE = "tracking.json"
 
 
-class TrackingError(ValueError):
+class TrackingError(NotRetryable, ValueError):
     """A tracker the job names cannot run here; the message names the field and the extra to install."""
+
+    reason = "InvalidConfig"
 
 
 def check_available(specs: list[TrackingSpec]) -> None:

@@ -1,9 +1,12 @@
-"""The JobSet's end: its actor's Job completed (Succeeded), or it failed after its last gang restart."""
+"""The JobSet's end: its actor's Job completed (Succeeded), or it failed: at once, where a rank said a
+restart cannot help, or after its last gang restart."""
 
 from __future__ import annotations
 
 from .context import Context, Decision, finish
-from .reading import condition, failed_pod, name
+from .reading import condition, failed_pod, name, not_retryable
+
+NOT_RETRIED = "not retried: a restart would fail the same way"
 
 
 def outcome(ctx: Context) -> Decision | None:
@@ -17,6 +20,14 @@ def outcome(ctx: Context) -> Decision | None:
     if failed is None:
         return None
     ctx.status.completion_time = ctx.now
+    permanent = not_retryable(ctx.observed.pods)
+    if permanent is not None:
+        pod, failure = permanent
+        reason = failure.reason if failure is not None and not failure.retryable else "NotRetryable"
+        said = (f"pod {pod} (role {failure.role}, rank {failure.rank}): {failure.message}" if failure is not None
+                else failed_pod(ctx.observed.pods) or f"pod {pod} failed")
+        message = f"{said}; {NOT_RETRIED}"
+        return finish(ctx, "Failed", reason, message, delete=(f"jobset/{name(jobset)}",), events=(("Warning", reason, message),))
     limit = ctx.job.spec.run_policy.backoff_limit
     cause = failed_pod(ctx.observed.pods) or failed.get("message") or "a pod failed"
     message = f"{cause}; backoffLimit {limit} reached after {ctx.status.restarts} restart(s)"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TrainerFailure, read_failure
+
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
 from ..api.status import progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
@@ -74,21 +76,65 @@ def active(pods: list[dict[str, Any]]) -> bool:
     return any(p.get("status", {}).get("phase") in ("Pending", "Running", None) for p in pods)
 
 
-def termination(pod: dict[str, Any]) -> str:
+def _terminated(pod: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(container, its terminated state) of the pod's first container that ended."""
     for cs in pod.get("status", {}).get("containerStatuses", []):
         terminated = cs.get("state", {}).get("terminated") or cs.get("lastState", {}).get("terminated")
         if terminated:
-            return f"container {cs.get('name')} exited with code {terminated.get('exitCode')} ({terminated.get('reason', 'Error')})"
-    return pod.get("status", {}).get("reason", "")
+            return cs.get("name", "?"), terminated
+    return None
+
+
+def trainer_failure(pod: dict[str, Any]) -> TrainerFailure | None:
+    """What the pod's rank wrote about its failure (engine/config/termination.py), if it did."""
+    ended = _terminated(pod)
+    return read_failure(ended[1].get("message")) if ended else None
+
+
+def termination(pod: dict[str, Any]) -> str:
+    ended = _terminated(pod)
+    if ended is None:
+        return pod.get("status", {}).get("reason", "")
+    container, terminated = ended
+    said = f"container {container} exited with code {terminated.get('exitCode')} ({terminated.get('reason', 'Error')})"
+    failure = read_failure(terminated.get("message"))
+    return f"{said}: {failure.message}" if failure is not None else said
+
+
+def _exit_code(pod: dict[str, Any]) -> int | None:
+    ended = _terminated(pod)
+    return ended[1].get("exitCode") if ended else None
+
+
+def _blame_order(pod: dict[str, Any]) -> tuple[int, str]:
+    """Which failed pod started it: one whose rank said a restart cannot help, then one that failed by itself,
+    then one stopped by a signal (exit 128 + n: its peers' loss made the Job controller stop it), then the rest."""
+    code = _exit_code(pod)
+    if code == NOT_RETRYABLE_EXIT_CODE:
+        return 0, name(pod)
+    if code is not None and 0 < code < 128:
+        return 1, name(pod)
+    return (2 if code is not None else 3), name(pod)
+
+
+def _failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((p for p in pods if p.get("status", {}).get("phase") == "Failed"), key=_blame_order)
 
 
 def failed_pod(pods: list[dict[str, Any]]) -> str | None:
-    """A sentence naming the first failed pod, if any."""
-    for pod in sorted(pods, key=name):
-        if pod.get("status", {}).get("phase") == "Failed":
-            role = pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
-            reason = termination(pod)
-            return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
+    """A sentence naming the failed pod that most likely started the failure, if any."""
+    for pod in _failed(pods):
+        role = pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
+        reason = termination(pod)
+        return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
+    return None
+
+
+def not_retryable(pods: list[dict[str, Any]]) -> tuple[str, TrainerFailure | None] | None:
+    """(pod name, its report) of a failed pod whose rank exited saying a restart cannot help."""
+    for pod in _failed(pods):
+        if _exit_code(pod) == NOT_RETRYABLE_EXIT_CODE:
+            return name(pod), trainer_failure(pod)
     return None
 
 

@@ -212,6 +212,29 @@ def test_a_failed_pod_restarts_the_gang_and_backoff_limit_ends_it(control_plane,
     eventually(lambda: not live_pods(plane, ns, "gang"), 60, "the pods to go")
 
 
+def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once(control_plane, operator) -> None:
+    """The rank's exit code 3 fails its Job by the Job's podFailurePolicy, that fails the JobSet by its rule
+    (no gang restart although backoffLimit allows one), and the RLJob says what the rank wrote."""
+    from kuberl.engine.config.termination import TrainerFailure
+
+    plane = control_plane
+    ns = new_namespace(plane, "not-retryable")
+    create(plane, ns, small_job("doomed", runPolicy={"backoffLimit": 2}))
+    wait_phase(plane, ns, "doomed", "Running")
+    said = TrainerFailure(reason="ModelNotFound", retryable=False, role="actor", rank=1,
+                          message="ModelNotFound: model.path: /models/smollm2 is not a Hugging Face folder (no config.json)")
+    [_, second] = sorted(live_pods(plane, ns, "doomed"), key=lambda p: p.metadata.name)
+    client.CoreV1Api(plane.api_client()).patch_namespaced_pod(second.metadata.name, ns, {"metadata": {"annotations": {
+        EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-exit-code": "3", "kuberl.dev/kwok-message": said.to_json()}}})
+    s = wait_phase(plane, ns, "doomed", "Failed", 60)
+    failed = next(c for c in s["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "ModelNotFound" and s["restarts"] == 0, failed
+    assert failed["message"] == (f"pod {second.metadata.name} (role actor, rank 1): {said.message}; "
+                                 "not retried: a restart would fail the same way")
+    events = client.CoreV1Api(plane.api_client()).list_namespaced_event(ns, field_selector="involvedObject.name=doomed").items
+    assert any(e.reason == "ModelNotFound" and e.type == "Warning" for e in events)
+
+
 def test_suspend_removes_pods_and_resume_brings_them_back(control_plane, operator) -> None:
     plane = control_plane
     ns = new_namespace(plane, "suspend")

@@ -1,0 +1,78 @@
+"""A failed rank's report: which errors a restart cannot mend, the report's bound, and what the operator reads back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kuberl.engine.config.initialization import TERMINATION_MESSAGE_LIMIT
+from kuberl.engine.config.termination import (
+    NOT_RETRYABLE_EXIT_CODE,
+    NotRetryable,
+    TrainerFailure,
+    exit_code_of,
+    failure_of,
+    read_failure,
+)
+from kuberl.engine.data.prompts import DataError
+from kuberl.engine.distributed.world import WorldError
+from kuberl.engine.models.arch import LlamaArch, UnsupportedModel
+from kuberl.engine.models.resolve import ModelNotFound
+from kuberl.engine.rewards.rewarder import RewardError
+from kuberl.engine.runtime.algorithm_checks import ConfigError
+from kuberl.engine.runtime.checkpoint_safety import CheckpointError
+from kuberl.engine.runtime.plugins import PluginError
+
+
+@pytest.mark.parametrize("error,reason", [
+    (ConfigError("roles.critic: grpo has no critic; remove the role"), "InvalidConfig"),
+    (WorldError("environment variable WORLD_SIZE='x' is not an integer"), "InvalidConfig"),
+    (ModelNotFound("model.path: /models/x is not a Hugging Face folder (no config.json)"), "ModelNotFound"),
+    (UnsupportedModel("model_type 'gemma3' is not a Llama-family model"), "UnsupportedModel"),
+    (RewardError("reward.python.path: importing /r.py failed: ZeroDivisionError: division by zero"), "RewardFailed"),
+    (PluginError("algorithm.plugins[0]: importing /p.py failed"), "UserCodeFailed"),
+    (DataError("/data/train.jsonl:3: not JSON"), "InvalidData"),
+    (CheckpointError("/ckpt/step-2/rng.pt holds a pickled object outside the allow-list"), "CheckpointRefused"),
+])
+def test_errors_a_restart_cannot_mend_fail_at_once_with_their_reason(error: Exception, reason: str) -> None:
+    failure = failure_of(error, "actor", 1)
+    assert (failure.reason, failure.retryable, exit_code_of(failure)) == (reason, False, NOT_RETRYABLE_EXIT_CODE)
+    assert failure.message.startswith(f"{type(error).__name__}: ") and str(error) in failure.message
+    assert isinstance(error, NotRetryable) and isinstance(error, (ValueError, RuntimeError, FileNotFoundError))  # callers' excepts hold
+
+
+@pytest.mark.parametrize("error", [RuntimeError("Connection reset by peer"), TimeoutError("collective timed out"),
+                                   MemoryError(), OSError(5, "Input/output error"), ValueError("nan in the loss")])
+def test_everything_else_restarts_the_gang(error: Exception) -> None:
+    failure = failure_of(error, "critic", 0)
+    assert failure.retryable and failure.reason == "Error" and exit_code_of(failure) == 1
+
+
+def test_an_unsupported_model_is_refused_as_such() -> None:
+    with pytest.raises(UnsupportedModel, match="gemma3"):
+        LlamaArch.from_hf_config({"model_type": "gemma3"})
+    with pytest.raises(UnsupportedModel, match="rope_scaling"):
+        LlamaArch.from_hf_config({"model_type": "llama", "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})
+
+
+def test_the_report_fits_the_termination_message_however_long_the_error() -> None:
+    # Kubernetes keeps 4096 bytes of it: a long message of multi-byte and escaped characters gives way, nothing else.
+    failure = failure_of(ConfigError("é\n\x00" * 5000), "actor", 0)
+    text = failure.to_json()
+    assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
+    back = read_failure(text)
+    assert back is not None and back.reason == "InvalidConfig" and back.message.startswith("ConfigError: é\n\x00")
+
+
+@pytest.mark.parametrize("message", [None, "", "Traceback (most recent call last):\n  ...", "{not json", '{"reason": "x"}',
+                                     json.dumps({"reason": "Bad reason!", "retryable": False, "message": "m", "role": "actor", "rank": 0}),
+                                     "{" + " " * 5000 + "}"])
+def test_anything_but_a_report_reads_as_none(message: str | None) -> None:
+    # A log's tail (FallbackToLogsOnError), an older image's words, or a report a tool's code forged badly.
+    assert read_failure(message) is None
+
+
+def test_a_report_reads_back_as_written() -> None:
+    failure = TrainerFailure(reason="ModelNotFound", retryable=False, message="ModelNotFound: model.path: /m", role="ref", rank=3)
+    assert read_failure(failure.to_json()) == failure
