@@ -38,6 +38,9 @@ POD_SECURITY = {
     "runAsUser": TRAINER_UID,
     "runAsGroup": TRAINER_UID,
     "fsGroup": TRAINER_UID,
+    # A volume whose root already has the group is not walked again at every pod start: a checkpoint or
+    # model cache of many files would otherwise delay each (re)start by a recursive chown.
+    "fsGroupChangePolicy": "OnRootMismatch",
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 

@@ -118,6 +118,7 @@ def test_one_jobset_holds_every_role_with_pods_and_restarts_the_gang() -> None:
             {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [3]}}]}
         [trainer] = job_spec["template"]["spec"]["containers"]
         assert trainer["name"] == "trainer" and trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        assert job_spec["template"]["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
     assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor"]}
     assert spec["network"] == {"subdomain": "ppo-qwen-math", "enableDNSHostnames": True, "publishNotReadyAddresses": True}
     assert "suspend" not in spec  # no queue: the pods start as soon as they can be scheduled
