@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .api import API_VERSION
 from .crd import crd_yaml
 from .manifest import ManifestError, load_rljob_documents, manifest_files
+from .problems import NoRLJob
 from .children import OperatorSettings
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if not files:
         print(f"error: no manifests (.yaml, .yml, .json) in {', '.join(args.files)}", file=sys.stderr)
         return 1
-    failed = 0
+    named = {Path(name) for name in args.files if not Path(name).is_dir()}
+    failed = skipped = 0
     for path in files:
         try:
             documents = load_rljob_documents(path)
@@ -73,6 +75,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             problems = [] if args.local else [p for source, job in documents for p in cluster_problems(job, source, policy=policy)]
             if problems:
                 raise ManifestError(problems)
+        except NoRLJob as exc:
+            if path in named:  # asked for by name: a file with no RLJob is a mistake
+                failed += 1
+                print(f"error: {exc.problems[0]}", file=sys.stderr)
+            else:  # found in a folder, as `kubectl apply -f DIR` would: the job's claims, a kustomization, ...
+                skipped += 1
+                print(f"skipped: {path}: no RLJob ({', '.join(dict.fromkeys(exc.kinds)) or 'empty'})")
+            continue
         except ManifestError as exc:
             failed += 1
             for problem in exc.problems:
@@ -89,7 +99,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 for check in cluster_checks(job.spec):
                     print(f"  needs the cluster: the chart's admission policy checks {check}")
     if failed:
-        print(f"{failed} of {len(files)} file(s) invalid", file=sys.stderr)
+        print(f"{failed} of {len(files) - skipped} file(s) invalid", file=sys.stderr)
+    elif skipped == len(files):
+        print(f"error: no RLJob in {', '.join(args.files)}", file=sys.stderr)
+        return 1
     return 1 if failed else 0
 
 

@@ -21,7 +21,7 @@ from kuberl.engine.config import RULE_ERROR_TYPE
 from kuberl.engine.config.base import PATTERN_MEANINGS
 
 from .api import API_VERSION, GROUP, KIND, RLJob
-from .problems import ManifestError, Problem, format_path
+from .problems import ManifestError, NoRLJob, Problem, format_path
 from .yaml_reader import Document, json_problems, read_documents, read_manifest_text, shape_problems
 
 __all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljob_documents", "load_rljobs", "manifest_files", "parse_rljob",
@@ -95,9 +95,11 @@ def rljobs_from_text(text: str, source: str) -> list[RLJob]:
 
 
 def rljob_documents_from_text(text: str, source: str) -> list[tuple[str, RLJob]]:
-    jobs, problems = [], []
+    jobs, problems, kinds = [], [], []
     for doc in read_documents(text, source):
         if not is_rljob_document(doc.content):
+            kind = doc.content.get("kind") if isinstance(doc.content, dict) else None
+            kinds.append(kind if isinstance(kind, str) and kind.isprintable() and len(kind) <= 63 else "a document with no kind")
             continue
         try:
             jobs.append((doc.source, parse_rljob(doc.content, doc.source)))
@@ -107,7 +109,7 @@ def rljob_documents_from_text(text: str, source: str) -> list[tuple[str, RLJob]]
     if problems:
         raise ManifestError(problems)
     if not jobs:
-        raise ManifestError([Problem(source, "", f"no {KIND} found (expected apiVersion: {API_VERSION}, kind: {KIND})")])
+        raise NoRLJob([Problem(source, "", f"no {KIND} found (expected apiVersion: {API_VERSION}, kind: {KIND})")], kinds)
     return jobs
 
 

@@ -27,6 +27,14 @@ class ManifestError(Exception):
         self.problems = problems
 
 
+class NoRLJob(ManifestError):
+    """A file that holds no RLJob at all (a claim, a kustomization, ...): `kinds` are what it holds instead."""
+
+    def __init__(self, problems: list[Problem], kinds: list[str]):
+        super().__init__(problems)
+        self.kinds = kinds
+
+
 def format_path(loc: tuple[object, ...]) -> str:
     """("spec", "roles", "actor", "tolerations", 0) -> "spec.roles.actor.tolerations[0]"."""
     out = ""

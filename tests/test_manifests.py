@@ -12,6 +12,7 @@ from kuberl.operator.cluster_rules import cluster_problems
 from kuberl.operator.testing.corpus import for_local_run, rljob_files
 from kuberl.operator.manifest import ManifestError, load_rljob_documents, load_rljobs, parse_rljob, read_documents
 
+REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = Path(__file__).parent / "manifests"
 BAD = sorted((MANIFESTS / "bad").glob("*.yaml"))
 GOOD = sorted((MANIFESTS / "good").glob("*.yaml"))
@@ -134,6 +135,19 @@ def test_cli_validate_reads_a_directory_as_kubectl_does(kuberl_cli: str, tmp_pat
     empty.mkdir()
     none = subprocess.run([kuberl_cli, "validate", str(empty)], capture_output=True, text=True)
     assert none.returncode == 1 and "no manifests" in none.stderr and "Traceback" not in none.stderr
+
+
+@pytest.mark.parametrize("example", ["grpo-cluster", "ppo-cluster"])
+def test_cli_validate_skips_an_example_folders_claims_and_kustomization_saying_so(kuberl_cli: str, example: str) -> None:
+    folder = REPO / "examples" / example
+    result = subprocess.run([kuberl_cli, "validate", str(folder)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.count("ok: ") == 1, result.stderr
+    assert f"skipped: {folder}/storage.yaml: no RLJob (PersistentVolumeClaim)" in result.stdout
+    # Named on its own, a file with no RLJob is still a mistake; a folder of nothing but other kinds too.
+    named = subprocess.run([kuberl_cli, "validate", str(folder / "storage.yaml")], capture_output=True, text=True)
+    assert named.returncode == 1 and "no RLJob found" in named.stderr
+    queues = subprocess.run([kuberl_cli, "validate", str(REPO / "examples" / "kueue")], capture_output=True, text=True)
+    assert queues.returncode == 1 and "skipped: " in queues.stdout and "error: no RLJob in" in queues.stderr
 
 
 def test_cluster_rules_name_the_field_the_path_and_the_fix(kuberl_cli: str) -> None:
