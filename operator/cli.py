@@ -6,11 +6,9 @@ import argparse
 import ipaddress
 import json
 import sys
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .api import API_VERSION
 from .crd import crd_yaml
 from .manifest import ManifestError, load_rljob_documents, manifest_files
 from .problems import NoRLJob
@@ -18,11 +16,6 @@ from .children import OperatorSettings
 
 if TYPE_CHECKING:
     from .admission import AdmissionPolicy
-
-
-def _cmd_version(args: argparse.Namespace) -> int:
-    print(f"kuberl {version('kuberl')} (API {API_VERSION})")
-    return 0
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
@@ -179,11 +172,12 @@ def _network(text: str) -> "ipaddress.IPv4Network | ipaddress.IPv6Network":
 
 
 def _cmd_operator(args: argparse.Namespace) -> int:
-    from .main import MissingPrerequisite, OperatorOptions, run  # kopf and the client load only for this command
+    from .main import ConfigurationError, MissingPrerequisite, OperatorOptions, Unreachable, run  # kopf loads only here
 
     try:
         run(OperatorOptions(
             kubeconfig=args.kubeconfig,
+            context=args.context,
             namespaces=tuple(args.namespace),
             metrics_port=args.metrics_port,
             health_port=args.health_port,
@@ -193,9 +187,12 @@ def _cmd_operator(args: argparse.Namespace) -> int:
                                       metrics_peers=tuple(args.metrics_peer),
                                       tool_networks=tuple(str(n) for n in args.tool_network)),
         ))
-    except MissingPrerequisite as exc:
+    except (MissingPrerequisite, ConfigurationError) as exc:  # restarting cannot help: 3
         print(f"kuberl operator: {exc}", file=sys.stderr)
         return 3
+    except Unreachable as exc:  # it may answer later: 1, and the pod's restart tries again
+        print(f"kuberl operator: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -242,7 +239,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kuberl", description="RL post-training of LLMs on Kubernetes.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    sub.add_parser("version", help="print the version").set_defaults(func=_cmd_version)
     sub.add_parser("crd", help="print the RLJob CustomResourceDefinition (YAML)").set_defaults(func=_cmd_crd)
     sub.add_parser(
         "algorithms", help="list the registered advantage estimators, policy losses and presets, with their options",
@@ -277,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--metrics-port", type=int, help="Prometheus port of rank 0 (default: the job's; 0 disables)")
     run.add_argument("--threads", type=int, help="CPU threads per rank (default: cores / ranks)")
     run.add_argument("--timeout", type=int, metavar="SECONDS",
-                     help="how long a rank waits for a silent peer in a collective before the run fails (default 600)")
+                     help="how long a rank waits for a silent peer in a collective before the run fails (default: the job's "
+                          "trainer.collectiveTimeoutSeconds, 600)")
     run.set_defaults(func=_cmd_run)
     smoke = sub.add_parser(
         "smoke", help="one RL step of a tiny model over local ranks with the hybrid engine on: does everything work?",
@@ -314,9 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser(
         "operator",
         help="run the RLJob operator",
-        description="Run the RLJob operator: in a pod it uses its ServiceAccount, elsewhere --kubeconfig.",
+        description="Run the RLJob operator. It finds its cluster as controllers do: --kubeconfig, else $KUBECONFIG, "
+        "else the pod's ServiceAccount, else ~/.kube/config. Exit status 3 when it cannot start and restarting cannot help "
+        "(no usable kubeconfig, no such context, credentials refused, JobSet not installed), 1 when the API server does "
+        "not answer.",
     )
-    op.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster ServiceAccount)")
+    op.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config)")
+    op.add_argument("--context", help="the kubeconfig's context (default: its current one)")
     op.add_argument("--namespace", action="append", default=[], help="watch only this namespace (repeatable)")
     op.add_argument("--metrics-port", type=int, default=8000, help="Prometheus /metrics port (default 8000)")
     op.add_argument("--health-port", type=int, default=8080, help="liveness and readiness /healthz port (default 8080)")
@@ -334,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_admission_flags(op, "allow RLJobs")
     op.set_defaults(func=_cmd_operator)
 
-    from .cli_jobs import add_job_commands  # submit, list, status, logs, wait, suspend, resume, delete
+    from .cli_jobs import add_job_commands  # submit, list, status, logs, wait, suspend, resume, delete, version
 
     add_job_commands(sub)
     return parser

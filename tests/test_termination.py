@@ -76,3 +76,15 @@ def test_anything_but_a_report_reads_as_none(message: str | None) -> None:
 def test_a_report_reads_back_as_written() -> None:
     failure = TrainerFailure(reason="ModelNotFound", retryable=False, message="ModelNotFound: model.path: /m", role="ref", rank=3)
     assert read_failure(failure.to_json()) == failure
+
+
+def test_the_collective_timeout_is_the_jobs_unless_kuberl_run_overrides_it() -> None:
+    from kuberl.engine.config.trainer import TrainerSpec
+    from kuberl.engine.runtime.worker import collective_timeout_s
+
+    assert TrainerSpec(total_steps=1).collective_timeout_seconds == 600
+    assert collective_timeout_s({}, 1800) == 1800
+    assert collective_timeout_s({"KUBERL_TIMEOUT_S": "45"}, 1800) == 45
+    assert collective_timeout_s({"KUBERL_TIMEOUT_S": "soon"}, 1800) == 1800
+    with pytest.raises(ValueError, match="greater than or equal to 30"):
+        TrainerSpec(total_steps=1, collective_timeout_seconds=5)

@@ -85,6 +85,10 @@ class TrainerSpec(SpecModel):
     optimizer: OptimizerSpec = OptimizerSpec()
     seed: int = Field(default=42, ge=0, le=2**32 - 1)
     """Seeds data order, sampling and initialisation; a run is reproducible on the same hardware."""
+    collective_timeout_seconds: int = Field(default=600, ge=30, le=86_400)
+    """How long a rank waits for its peers (joining, or in a collective) before it gives up: a job whose rank
+    died or hangs fails this long after, and the gang restarts. Raise it above the longest wait of a step
+    (a long generation or reward phase of a large model)."""
     checkpoint: CheckpointSpec = CheckpointSpec()
     validation_interval: int = Field(default=0, ge=0, le=10_000_000)
     """Steps between validation runs on data.validation; 0 disables them."""

@@ -10,13 +10,21 @@ next step boundary with a checkpoint, and the rank exits 128 + the signal (stopp
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Mapping
 
 log = logging.getLogger("kuberl.engine")
+
+
+def collective_timeout_s(environ: Mapping[str, str], job_s: int) -> int:
+    """The job's trainer.collectiveTimeoutSeconds, unless KUBERL_TIMEOUT_S (`kuberl run --timeout`) says otherwise."""
+    raw = environ.get("KUBERL_TIMEOUT_S")
+    return int(raw) if raw is not None and raw.isdigit() and int(raw) > 0 else job_s
 
 
 def report_failure(exc: BaseException, role: str, rank: int) -> int:
@@ -115,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
         log.error("cannot read the engine config %s: %s", config_path, exc)
         return report_failure(ConfigError(f"cannot read the engine config {config_path}: {exc}"), env.role, env.rank)
+    env = dataclasses.replace(env, timeout_s=collective_timeout_s(os.environ, config.trainer.collective_timeout_seconds))
     run_dir = Path(os.environ.get("KUBERL_RUN_DIR", config.trainer.checkpoint.path)).expanduser()
     run = None
     try:
