@@ -223,3 +223,14 @@ def test_a_jobs_workloads_are_those_its_jobset_owns_by_uid() -> None:
     orphan = {"metadata": {"name": "jobset-ppo-c3"}}
     assert owned_by([earlier, current, orphan], [jobset]) == [current]
     assert owned_by([current], []) == []
+
+
+def test_within_an_attempt_the_phase_never_goes_back_to_starting() -> None:
+    # A pod lost a moment before JobSet restarts the gang, or one that finished before the others: still Running.
+    lost = Observed(jobsets=[jobset()], pods=[pod(0), pod(1, phase="Failed")])
+    d = decide(demo(phase="Running"), lost, NOW)
+    assert d.status.phase == "Running" and d.status.conditions[-1].reason == "PodsNotReady" and not d.events
+    # The first attempt starts; after a restart the next one starts again.
+    assert decide(demo(phase="Pending"), Observed(jobsets=[jobset()], pods=[pod(0, ready=False)]), NOW).status.phase == "Starting"
+    after = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, restart=1, ready=False), pod(1, restart=1, ready=False)])
+    assert decide(demo(restarts=1, phase="Restarting"), after, NOW).status.phase == "Starting"

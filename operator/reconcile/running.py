@@ -1,4 +1,7 @@
-"""An admitted JobSet: its pods starting, running, or restarting after a failed pod."""
+"""An admitted JobSet: its pods starting, running, or restarting after a failed pod.
+
+Within one attempt the phase only moves forward, Starting then Running; a gang restart is Restarting, and the
+next attempt starts again at Starting."""
 
 from __future__ import annotations
 
@@ -27,5 +30,9 @@ def running(ctx: Context) -> Decision:
         requeue = RESYNC_SECONDS if left is None else min(RESYNC_SECONDS, left)
         return finish(ctx, "Running", "AllRanksRunning", f"all {total} pods are running", requeue_after=requeue)
     requeue = ACTIVE_SECONDS if left is None else min(ACTIVE_SECONDS, left)
-    phase = "Restarting" if ctx.old.phase == "Restarting" else "Starting"
-    return finish(ctx, phase, "WaitingForPods", f"waiting for {total - ready} of {total} pods", requeue_after=requeue)
+    if ctx.old.phase == "Running":
+        # Within an attempt the phase never goes back: a pod that just failed (JobSet has not restarted the
+        # gang yet) or one that finished before the others is no reason to say Starting again.
+        return finish(ctx, "Running", "PodsNotReady", f"{ready} of {total} pods ready", requeue_after=requeue)
+    # A new attempt (after Restarting), or the first, starts.
+    return finish(ctx, "Starting", "WaitingForPods", f"waiting for {total - ready} of {total} pods", requeue_after=requeue)
