@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import kopf
+import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from prometheus_client import start_http_server
@@ -25,7 +29,9 @@ log = logging.getLogger("kuberl.operator")
 @dataclass(frozen=True)
 class OperatorOptions:
     kubeconfig: str | None = None
-    """None: the in-cluster ServiceAccount."""
+    """None: $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config (load_client_configuration)."""
+    context: str | None = None
+    """A context of the kubeconfig; None: its current one."""
     namespaces: tuple[str, ...] = ()
     """Empty: every namespace."""
     metrics_port: int = 8000
@@ -34,12 +40,43 @@ class OperatorOptions:
     settings: OperatorSettings = OperatorSettings()
 
 
-def load_client_configuration(kubeconfig: str | None) -> client.Configuration:
+class ConfigurationError(RuntimeError):
+    """No usable cluster configuration (a missing or broken kubeconfig, no such context); the message is one line."""
+
+
+class Unreachable(RuntimeError):
+    """The API server did not answer at start; the message is one line."""
+
+
+def load_client_configuration(kubeconfig: str | None, context: str | None = None) -> client.Configuration:
+    """The cluster to work with, found as controller-runtime finds it: `kubeconfig`, then $KUBECONFIG (a list of
+    files, as kubectl reads it), then the pod's ServiceAccount, then ~/.kube/config. ConfigurationError otherwise."""
     configuration = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration, persist_config=False)
-    else:
-        config.load_incluster_config(client_configuration=configuration)
+    path = kubeconfig or os.environ.get("KUBECONFIG") or None
+    in_pod = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+    if path is None and not (in_pod and context is None):
+        home = Path("~/.kube/config").expanduser()
+        if not home.is_file():
+            raise ConfigurationError(f"no kubeconfig: pass --kubeconfig or set KUBECONFIG ({home} does not exist)"
+                                     + ("" if in_pod else ", or run in a pod with a ServiceAccount"))
+        path = str(home)
+    try:
+        if path is None:
+            config.load_incluster_config(client_configuration=configuration)
+            return configuration
+        files = [f for f in path.split(os.pathsep) if f]
+        if not any(Path(f).is_file() for f in files):
+            raise ConfigurationError(f"no kubeconfig at {path}")
+        if context is not None:
+            names = [c["name"] for c in config.list_kube_config_contexts(config_file=path)[0]]
+            if context not in names:
+                raise ConfigurationError(f"no context {context!r} in the kubeconfig {path}; its contexts: {', '.join(names) or 'none'}")
+        config.load_kube_config(config_file=path, context=context, client_configuration=configuration, persist_config=False)
+    except ConfigurationError:
+        raise
+    except (config.ConfigException, OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as exc:
+        where = f"the kubeconfig {path}" if path else "the pod's ServiceAccount"
+        raise ConfigurationError(" ".join(f"cannot use {where}: {exc}".split())) from None
     return configuration
 
 
@@ -136,13 +173,24 @@ JOBSET_INSTALL = ("kubectl apply --server-side -f "
 def check_prerequisites(configuration: client.Configuration) -> None:
     """JobSet runs every RLJob's pods: without its CRD, no job could start. Say so once, at start."""
     api = client.ApiextensionsV1Api(client.ApiClient(configuration))
+    # urllib3 warns of each retry; at start, the one line below says it all.
+    retries = logging.getLogger("urllib3.connectionpool")
+    level = retries.level
+    retries.setLevel(logging.ERROR)
     try:
-        api.read_custom_resource_definition(JOBSET_CRD)
+        # A timeout: a server that never answers must end the start with a line, not hang it.
+        api.read_custom_resource_definition(JOBSET_CRD, _request_timeout=30)
     except ApiException as exc:
         if exc.status == 404:
             raise MissingPrerequisite(f"JobSet is not installed in this cluster (no CRD {JOBSET_CRD}): kuberl runs each RLJob "
                                       f"as a JobSet. Install JobSet v0.12 or later first: {JOBSET_INSTALL}") from None
+        if exc.status == 401:
+            raise ConfigurationError(f"the API server at {configuration.host} does not accept the operator's credentials (401)") from None
         raise
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise Unreachable(f"cannot reach the API server at {configuration.host}: {getattr(exc, 'reason', None) or exc}") from None
+    finally:
+        retries.setLevel(level)
 
 
 def run(options: OperatorOptions) -> None:
@@ -150,7 +198,7 @@ def run(options: OperatorOptions) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # kopf logs every handler call at INFO; ours only enqueue, so only their failures are news.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    configuration = load_client_configuration(options.kubeconfig)
+    configuration = load_client_configuration(options.kubeconfig, options.context)
     check_prerequisites(configuration)
     metrics = OperatorMetrics()
     start_http_server(options.metrics_port, registry=metrics.registry)
