@@ -18,14 +18,16 @@ from .errors import (
     ForbiddenError,
     ImmutableFieldsError,
     InvalidJobError,
+    NoKubeconfigError,
     NotFoundError,
     PhaseError,
     UnreachableError,
     WaitTimeoutError,
 )
 from .jobs import RLJobClient
+from .operators import OperatorDeployment
 
 __all__ = [
     "CRDNotInstalledError", "ClientError", "ConfigError", "ForbiddenError", "ImmutableFieldsError", "InvalidJobError",
-    "NotFoundError", "PhaseError", "RLJobClient", "UnreachableError", "WaitTimeoutError",
+    "NoKubeconfigError", "NotFoundError", "OperatorDeployment", "PhaseError", "RLJobClient", "UnreachableError", "WaitTimeoutError",
 ]

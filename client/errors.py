@@ -18,6 +18,10 @@ class ConfigError(ClientError):
     """No usable kubeconfig, or no such context in it."""
 
 
+class NoKubeconfigError(ConfigError):
+    """No kubeconfig anywhere (no --kubeconfig, no $KUBECONFIG, no ~/.kube/config) and not in a pod: no cluster at all."""
+
+
 class UnreachableError(ClientError):
     """The API server did not answer."""
 
@@ -76,8 +80,8 @@ def api_status(body: object) -> dict:
     return status if isinstance(status, dict) and status.get("kind") == "Status" else {}
 
 
-def forbidden(body: object, verb: str, resource: str, namespace: str) -> ForbiddenError:
-    """What RBAC refused, in the server's own terms where it says them."""
+def forbidden(body: object, verb: str, resource: str, namespace: str | None) -> ForbiddenError:
+    """What RBAC refused, in the server's own terms where it says them; namespace None: a request across all namespaces."""
     message = api_status(body).get("message", "")
     found = _REFUSED.search(message)
     user = ""
@@ -85,5 +89,8 @@ def forbidden(body: object, verb: str, resource: str, namespace: str) -> Forbidd
         verb, resource = found["verb"], found["resource"]
         namespace = found["namespace"] or namespace
         user = f" (user {found['user']})"
+    if namespace is None:
+        return ForbiddenError(f"your user may not {verb} {resource} across all namespaces{user}: ask your cluster admin for a "
+                              "ClusterRole that grants it, or name a namespace (-n)")
     return ForbiddenError(f"your user may not {verb} {resource} in namespace {namespace}{user}: ask your cluster admin for a "
                           "Role that grants it")

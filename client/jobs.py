@@ -6,7 +6,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from kuberl.operator.api import GROUP, KIND, PHASES, PLURAL, VERSION, RLJob, RLJobStatus
 from kuberl.operator.api.spec import IMMUTABLE_FIELDS
@@ -18,7 +18,9 @@ from .errors import (
     ClientError,
     ConfigError,
     CRDNotInstalledError,
+    ForbiddenError,
     ImmutableFieldsError,
+    NoKubeconfigError,
     InvalidJobError,
     NotFoundError,
     PhaseError,
@@ -28,8 +30,11 @@ from .errors import (
     forbidden,
     problems_error,
 )
+from .operators import CHART_NAMESPACE, OPERATOR_SELECTOR, OperatorDeployment
 
 TERMINAL = ("Succeeded", "Failed")
+REQUEST_TIMEOUT = 10.0
+"""Seconds for a request that only informs (`version`): a cluster that does not answer must not hang it."""
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
@@ -46,10 +51,10 @@ class RLJobClient:
         from kubernetes import client, config
 
         self._explicit_namespace = namespace is not None
-        path = str(kubeconfig) if kubeconfig is not None else None
-        in_cluster = (path is None and context is None and not os.environ.get("KUBECONFIG")
-                      and not Path(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser().exists()
-                      and os.environ.get("KUBERNETES_SERVICE_HOST"))
+        # An empty $KUBECONFIG is unset, as for kubectl (the kubernetes package would read a file named "").
+        default = Path("~/.kube/config").expanduser()
+        path = str(kubeconfig) if kubeconfig is not None else os.environ.get("KUBECONFIG") or None
+        in_cluster = (path is None and context is None and not default.exists() and os.environ.get("KUBERNETES_SERVICE_HOST"))
         try:
             if in_cluster:
                 configuration = client.Configuration()
@@ -58,23 +63,23 @@ class RLJobClient:
                 default_namespace = IN_CLUSTER_NAMESPACE.read_text().strip() if IN_CLUSTER_NAMESPACE.exists() else "default"
                 self.context = None
             else:
-                default = Path(config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION).expanduser()
-                if path is None and not os.environ.get("KUBECONFIG") and not default.exists():
-                    raise ConfigError(f"no kubeconfig: {default} does not exist; pass --kubeconfig (kubeconfig=) or set KUBECONFIG")
-                if path is not None and not Path(path).is_file():
+                if path is None and not default.exists():
+                    raise NoKubeconfigError(f"no kubeconfig: {default} does not exist; pass --kubeconfig (kubeconfig=) or set KUBECONFIG")
+                if kubeconfig is not None and not Path(path).is_file():
                     raise ConfigError(f"no kubeconfig at {path}")
+                path = path or str(default)
                 contexts, current = config.list_kube_config_contexts(config_file=path)
                 chosen = current if context is None else next((c for c in contexts if c["name"] == context), None)
                 if chosen is None:
                     names = ", ".join(c["name"] for c in contexts) or "none"
-                    raise ConfigError(f"no context {context!r} in the kubeconfig {path or '(default)'}; its contexts: {names}")
+                    raise ConfigError(f"no context {context!r} in the kubeconfig {path}; its contexts: {names}")
                 self.api_client = config.new_client_from_config(config_file=path, context=chosen["name"], persist_config=False)
                 default_namespace = (chosen.get("context") or {}).get("namespace") or "default"
                 self.context = chosen["name"]
         except ClientError:
             raise
         except (config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
-            where = path or os.environ.get("KUBECONFIG") or config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+            where = path or default
             raise ConfigError(f"cannot use the kubeconfig {where}: {exc}") from None
         self.namespace = namespace or default_namespace
         self.server = self.api_client.configuration.host
@@ -92,8 +97,9 @@ class RLJobClient:
 
     # --- the calls ------------------------------------------------------------------------------
 
-    def submit(self, job_or_path: RLJob | dict[str, Any] | str | os.PathLike) -> RLJob:
-        """Validate (the API's rules, then the cluster's: every path on a volume of its pods) and create the RLJob;
+    def submit(self, job_or_path: RLJob | dict[str, Any] | str | os.PathLike | BinaryIO) -> RLJob:
+        """`job_or_path`: a model, a dict, a manifest's path, or an open binary stream of one (stdin: sys.stdin.buffer).
+        Validate (the API's rules, then the cluster's: every path on a volume of its pods) and create the RLJob;
         when one of that name exists, update it. Only spec.runPolicy can change on a live job (suspend, backoffLimit,
         deadlines): any other change raises ImmutableFieldsError, naming the fields, before anything is sent."""
         from kuberl.operator.cluster_rules import cluster_problems
@@ -135,15 +141,49 @@ class RLJobClient:
 
     def get(self, name: str, namespace: str | None = None) -> RLJob:
         """The RLJob with its status, as the typed API model."""
-        namespace = namespace or self.namespace
-        return self._parse_live(self._call("get", namespace, lambda: self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name), name=name))
+        return self._parse_live(self.get_object(name, namespace))
 
-    def list(self) -> list[RLJob]:
-        """The namespace's RLJobs, by name."""
-        found = self._call("list", self.namespace, lambda: self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL))
-        return sorted((self._parse_live(item) for item in found.get("items", [])), key=lambda j: j.metadata.name or "")
+    def get_object(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """The RLJob exactly as the API server returns it (what `status -o yaml` prints): also a job whose fields this
+        version of kuberl cannot read."""
+        namespace = namespace or self.namespace
+        return self._call("get", namespace, lambda: self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name), name=name)
+
+    def list(self, all_namespaces: bool = False) -> list[RLJob]:
+        """The namespace's RLJobs (with `all_namespaces`, every namespace's), by namespace and name."""
+        return [self._parse_live(item) for item in self.list_objects(all_namespaces)["items"]]
+
+    def list_objects(self, all_namespaces: bool = False) -> dict[str, Any]:
+        """The RLJobList exactly as the API server returns it, its items by namespace and name."""
+        if all_namespaces:
+            found = self._call("list", None, lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
+        else:
+            found = self._call("list", self.namespace, lambda: self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL))
+        found["items"] = sorted(found.get("items") or [], key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return found
+
+    def operators(self, namespace: str | None = None) -> list[OperatorDeployment]:
+        """The kuberl operators the chart installed (its Deployments, by their labels): in `namespace`, else in every
+        namespace the user may list, else in the chart's documented one (kuberl-system)."""
+        from kubernetes import client
+
+        apps = client.AppsV1Api(self.api_client)
+
+        def listed(where: str | None) -> list[OperatorDeployment]:
+            found = self._call("list", where, lambda: (
+                apps.list_namespaced_deployment(where, label_selector=OPERATOR_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
+                if where else apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR,
+                                                                     _request_timeout=REQUEST_TIMEOUT)), resource="deployments")
+            return sorted(map(OperatorDeployment.of, found.items), key=lambda d: (d.namespace, d.name))
+
+        if namespace is not None:
+            return listed(namespace)
+        try:
+            return listed(None)
+        except ForbiddenError:  # a user, not an admin: look where the install docs put the chart
+            return listed(CHART_NAMESPACE)
 
     def wait(self, name: str, phase: str = "Succeeded", timeout: float | None = None, poll: float = 1.0) -> RLJobStatus:
         """Wait until the job is in `phase` and return its status. Raises PhaseError when it ends (Succeeded or
@@ -229,9 +269,9 @@ class RLJobClient:
                 self._raise(exc, "get", self.namespace, resource="pods/log", name=name)
         return L.lines_of(response)
 
-    def _parse(self, job_or_path: RLJob | dict[str, Any] | str | os.PathLike) -> tuple[RLJob, dict[str, Any], str]:
+    def _parse(self, job_or_path: RLJob | dict[str, Any] | str | os.PathLike | BinaryIO) -> tuple[RLJob, dict[str, Any], str]:
         """(the model, the object to send, where it came from)."""
-        from kuberl.operator.manifest import is_rljob_document, load_rljob_documents, read_documents
+        from kuberl.operator.manifest import is_rljob_document, read_documents, read_manifest, rljob_documents_from_text
 
         try:
             if isinstance(job_or_path, RLJob):
@@ -239,11 +279,16 @@ class RLJobClient:
             if isinstance(job_or_path, dict):
                 source = "the RLJob " + str(job_or_path.get("metadata", {}).get("name", ""))
                 return parse_rljob(job_or_path, source.strip()), job_or_path, source.strip()
-            path = Path(job_or_path)
-            documents = load_rljob_documents(path)
+            # Read once, within the reader's bounds: a stream (stdin) cannot be read twice, a file may change between reads.
+            if isinstance(job_or_path, (str, os.PathLike)):
+                path, text = str(job_or_path), read_manifest(Path(job_or_path))
+            else:
+                path = str(getattr(job_or_path, "name", "the stream"))
+                text = read_manifest(job_or_path, path)
+            documents = rljob_documents_from_text(text, path)
             if len(documents) != 1:
                 raise InvalidJobError(f"{path} holds {len(documents)} RLJobs: submit one at a time (one per file)")
-            raw = [d.content for d in read_documents(path.read_text(encoding="utf-8"), str(path)) if is_rljob_document(d.content)]
+            raw = [d.content for d in read_documents(text, path) if is_rljob_document(d.content)]
             source, job = documents[0]
             return job, raw[0], source
         except ManifestError as exc:
@@ -263,7 +308,7 @@ class RLJobClient:
         except ManifestError as exc:  # a job this version of kuberl cannot read (another API version's fields)
             raise problems_error(exc.problems) from None
 
-    def _call(self, verb: str, namespace: str, request, name: str | None = None, resource: str = PLURAL):
+    def _call(self, verb: str, namespace: str | None, request, name: str | None = None, resource: str = PLURAL):
         try:
             return request()
         except Exception as exc:
@@ -271,7 +316,7 @@ class RLJobClient:
                 raise _Exists() from None
             self._raise(exc, verb, namespace, resource=resource, name=name)
 
-    def _raise(self, exc: Exception, verb: str, namespace: str, resource: str = PLURAL, name: str | None = None):
+    def _raise(self, exc: Exception, verb: str, namespace: str | None, resource: str = PLURAL, name: str | None = None):
         """Turn what the kubernetes client raised into a ClientError with one line of explanation."""
         status = getattr(exc, "status", None)
         if status is None:
@@ -306,7 +351,8 @@ class RLJobClient:
             raise InvalidJobError(f"the API server refused the RLJob: {message}", causes or [message]) from None
         if status == 409:
             raise ClientError(f"{namespace}/{name} changed while it was being updated: try again ({message})") from None
-        raise ClientError(f"the API server answered {status} to {verb} {resource} in namespace {namespace}: {message}") from None
+        where = f"in namespace {namespace}" if namespace else "across all namespaces"
+        raise ClientError(f"the API server answered {status} to {verb} {resource} {where}: {message}") from None
 
 
 class _Exists(Exception):

@@ -1,4 +1,4 @@
-"""The job commands: `kuberl submit|list|status|logs|wait|suspend|resume|delete`, and the same as `kubectl rl ...`.
+"""The job commands: `kuberl submit|list|status|logs|wait|suspend|resume|delete|version`, and the same as `kubectl rl ...`.
 
 Thin: each command is one kuberl.client call and its printing. argparse, like the rest of `kuberl`: a dozen commands
 with a few options each do not need a new dependency (click/typer are not in the operator image), and the job
@@ -15,11 +15,13 @@ import sys
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Callable
 
+from .cli_output import OUTPUTS, WIDE_HEADER, as_list, dump, wide_columns, wide_lines
+
 if TYPE_CHECKING:  # kuberl.client loads only when a job command runs: the operator itself never imports it
     from kuberl.client import RLJobClient
     from kuberl.operator.api import RLJob
 
-JOB_COMMANDS = ("submit", "list", "status", "logs", "wait", "suspend", "resume", "delete")
+JOB_COMMANDS = ("submit", "list", "status", "logs", "wait", "suspend", "resume", "delete", "version")
 
 
 # --- formatting --------------------------------------------------------------------------------------
@@ -75,23 +77,30 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join("   ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 
 
-def list_table(jobs: list[RLJob]) -> str:
-    rows = [["NAME", "PHASE", "STEP", "PROGRESS", "ETA", "REWARD", "RESTARTS", "AGE"]]
+def list_table(jobs: list[RLJob], namespaces: bool = False, wide: bool = False) -> str:
+    """`namespaces`: a NAMESPACE column first (list -A); `wide`: kubectl's -o wide, more columns after AGE."""
+    rows = [["NAMESPACE"] * namespaces + ["NAME", "PHASE", "STEP", "PROGRESS", "ETA", "REWARD", "RESTARTS", "AGE"]
+            + WIDE_HEADER * wide]
     for job in jobs:
         s = job.status
-        rows.append([
+        rows.append([job.metadata.namespace or ""] * namespaces + [
             job.metadata.name or "", (s and s.phase) or "-", steps(job),
             f"{s.progress}%" if s and s.progress is not None else "-", eta(job),
             number(s.metrics.reward_mean if s and s.metrics else None), str(s.restarts if s else 0),
             age(job.metadata.creation_timestamp),
-        ])
+        ] + (wide_columns(job) if wide else []))
     return table(rows)
 
 
-def status_text(job: RLJob) -> str:
+def status_text(job: RLJob, wide: bool = False) -> str:
+    """`wide`: also the algorithm, the model, when the job was created, started and completed, and when each
+    condition last changed."""
     s = job.status
+    more = wide_lines(job) if wide else []
     if s is None:
-        return f"Name:         {job.metadata.name}\nNamespace:    {job.metadata.namespace}\nPhase:        - (not yet reconciled)"
+        return "\n".join(f"{key + ':':<14}{value}" for key, value in [
+            ("Name", job.metadata.name or ""), ("Namespace", job.metadata.namespace or ""), *more,
+            ("Phase", "- (not yet reconciled)")])
     progress = f" ({s.progress}%)" if s.progress is not None else ""
     validation = f"{number(s.validation_reward)} at step {s.validation_step}" if s.validation_reward is not None else "-"
     checkpoint = "-"
@@ -101,6 +110,7 @@ def status_text(job: RLJob) -> str:
     lines = [
         ("Name", job.metadata.name or ""),
         ("Namespace", job.metadata.namespace or ""),
+        *more,
         ("Phase", s.phase or "-"),
         ("Step", steps(job) + progress),
         ("Progress", f"{s.progress}%" if s.progress is not None else "-"),
@@ -118,7 +128,9 @@ def status_text(job: RLJob) -> str:
         out.append(f"  {role + ':':<12}{c.active} active, {c.ready} ready, {c.succeeded} succeeded, {c.failed} failed")
     out.append("Conditions:" + ("" if s.conditions else "   -"))
     if s.conditions:
-        rows = [["TYPE", "STATUS", "REASON", "MESSAGE"]] + [[c.type, c.status, c.reason, c.message] for c in s.conditions]
+        rows = [["TYPE", "STATUS", "REASON"] + ["LAST TRANSITION"] * wide + ["MESSAGE"]] + [
+            [c.type, c.status, c.reason] + [c.last_transition_time.isoformat(timespec="seconds")] * wide + [c.message]
+            for c in s.conditions]
         out += ["  " + line for line in table(rows).splitlines()]
     return "\n".join(out)
 
@@ -142,23 +154,73 @@ def _client(args: argparse.Namespace) -> RLJobClient:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    job = _client(args).submit(args.file)
+    from kuberl.client import ClientError
+
+    if (args.file is None) == (args.filename is None):
+        raise ClientError("name the manifest once: kuberl submit FILE, or -f FILE (-f - reads it from stdin)")
+    file = args.file if args.file is not None else args.filename
+    # stdin's bytes, read within the same bounds as a file's (kuberl.operator.yaml_reader).
+    job = _client(args).submit(sys.stdin.buffer if file == "-" else file)
     print(job.metadata.name)
     return 0
 
 
 def _list(args: argparse.Namespace) -> int:
     client = _client(args)
-    jobs = client.list()
-    if not jobs:
-        print(f"No RLJobs in namespace {client.namespace}.", file=sys.stderr)
+    everywhere = args.all_namespaces
+    if args.output in ("yaml", "json"):
+        print(dump(as_list(client.list_objects(all_namespaces=everywhere)["items"]), args.output))
         return 0
-    print(list_table(jobs))
+    jobs = client.list(all_namespaces=everywhere)
+    if not jobs:
+        where = "any namespace" if everywhere else f"namespace {client.namespace}"
+        print(f"No RLJobs in {where}.", file=sys.stderr)
+        return 0
+    print(list_table(jobs, namespaces=everywhere, wide=args.output == "wide"))
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    print(status_text(_client(args).get(args.name)))
+    client = _client(args)
+    if args.output in ("yaml", "json"):
+        print(dump(client.get_object(args.name), args.output))
+    else:
+        print(status_text(client.get(args.name), wide=args.output == "wide"))
+    return 0
+
+
+def _version(args: argparse.Namespace) -> int:
+    """The client's version, then the operator's when a cluster is configured (see kuberl.client.operators)."""
+    from importlib.metadata import version
+
+    from kuberl.client import ForbiddenError, NoKubeconfigError
+    from kuberl.client.operators import CHART_NAMESPACE, OPERATOR_SELECTOR
+    from kuberl.operator.api import API_VERSION
+
+    print(f"kuberl {version('kuberl')} (API {API_VERSION})", flush=True)
+    if args.client_only:
+        return 0
+    try:
+        client = _client(args)
+    except NoKubeconfigError:
+        return 0  # no cluster configured at all: the client's version is all there is
+    where = getattr(args, "namespace", None)
+    try:
+        found = client.operators(where)
+    except ForbiddenError:
+        if where is not None:
+            raise
+        where = CHART_NAMESPACE  # a user who may not list Deployments everywhere: where the install docs put the chart
+        try:
+            found = client.operators(where)
+        except ForbiddenError as exc:
+            print(f"operator: unknown ({exc})")
+            return 0
+    if not found:
+        print(f"operator: not found (no Deployment labelled {OPERATOR_SELECTOR} in "
+              f"{'any namespace' if where is None else 'namespace ' + where})")
+    for deployment in found:
+        print(deployment.line())
     return 0
 
 
@@ -247,10 +309,14 @@ def add_job_commands(sub: argparse._SubParsersAction) -> None:
                 "Validate an RLJob manifest as `kuberl validate` does (the API's rules and the cluster's), then create the "
                 "job, or update it when one of that name exists: only spec.runPolicy (suspend, backoffLimit, deadlines) can "
                 "change on a live job. Prints the job's name.")
-    p.add_argument("file", metavar="FILE", help="a manifest holding one RLJob (.yaml, .yml, .json)")
-    command("list", _list, "the namespace's RLJobs: phase, step, progress, ETA, reward, restarts, age")
-    command("status", _status, "one RLJob's phase, progress, ETA, rewards, checkpoint, conditions and pods").add_argument(
-        "name", metavar="NAME")
+    p.add_argument("file", metavar="FILE", nargs="?", help="a manifest holding one RLJob (.yaml, .yml, .json); - for stdin")
+    p.add_argument("-f", "--filename", metavar="FILE", help="the manifest, as kubectl names it; -f - reads it from stdin")
+    p = command("list", _list, "the namespace's RLJobs: phase, step, progress, ETA, reward, restarts, age")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace's RLJobs, with a NAMESPACE column")
+    output(p, "wide: also preemptions, algorithm and the reason of the current condition")
+    p = command("status", _status, "one RLJob's phase, progress, ETA, rewards, checkpoint, conditions and pods")
+    p.add_argument("name", metavar="NAME")
+    output(p, "wide: also the algorithm, the model, when it was created, started and completed, and when each condition changed")
     p = command("logs", _logs, "the log of a job's pods: one rank's, one role's, or all (prefixed with the pod's name)")
     p.add_argument("name", metavar="NAME")
     p.add_argument("--role", help="actor, critic, ref, reward, or initializer (default: every trainer pod)")
@@ -267,6 +333,18 @@ def add_job_commands(sub: argparse._SubParsersAction) -> None:
                              ("resume", _resume, "resume a suspended RLJob from its last checkpoint"),
                              ("delete", _delete, "delete an RLJob and its pods (checkpoints on claims stay)")):
         command(name, func, text).add_argument("name", metavar="NAME")
+    p = command("version", _version, "the client's version and, when a cluster is configured, its kuberl operator's",
+                "Print the version of this kuberl and of the API it speaks; then, when a kubeconfig (or a pod's "
+                "ServiceAccount) names a cluster, the kuberl operator the chart installed there: the chart's "
+                "app.kubernetes.io/version label of the operator's Deployment and the image it runs, looked for in every "
+                "namespace (in the namespace given with -n; in kuberl-system when you may not list Deployments "
+                "everywhere). `operator: not found` when there is none.")
+    p.add_argument("--client", dest="client_only", action="store_true", help="only the client's version: ask no cluster")
+
+
+def output(parser: argparse.ArgumentParser, wide: str) -> None:
+    parser.add_argument("-o", "--output", choices=OUTPUTS, metavar="FORMAT",
+                        help=f"yaml or json: the RLJob objects as the API server returns them; {wide}")
 
 
 def plugin_parser() -> argparse.ArgumentParser:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,10 +23,10 @@ from kuberl.engine.config.base import PATTERN_MEANINGS
 
 from .api import API_VERSION, GROUP, KIND, RLJob
 from .problems import ManifestError, NoRLJob, Problem, format_path
-from .yaml_reader import Document, json_problems, read_documents, read_manifest_text, shape_problems
+from .yaml_reader import Document, json_problems, read_documents, read_manifest_stream, read_manifest_text, shape_problems
 
 __all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljob_documents", "load_rljobs", "manifest_files", "parse_rljob",
-           "read_documents", "rljobs_from_text"]
+           "read_documents", "read_manifest", "rljobs_from_text"]
 
 
 # --- RLJob ----------------------------------------------------------------------------------
@@ -78,15 +79,21 @@ def load_rljobs(path: Path) -> list[RLJob]:
 
 def load_rljob_documents(path: Path) -> list[tuple[str, RLJob]]:
     """Every RLJob in a file with the source that names its document (file, and its number when there are several)."""
-    source = str(path)
+    return rljob_documents_from_text(read_manifest(path), str(path))
+
+
+def read_manifest(path: Path | BinaryIO, source: str | None = None) -> str:
+    """The text of a manifest file, or of an open binary stream (stdin), within yaml_reader's bounds; ManifestError
+    naming `source` (default: the path, or the stream's name) when it cannot be read."""
+    if source is None:
+        source = str(path) if isinstance(path, (str, os.PathLike)) else str(getattr(path, "name", "the stream"))
     try:
-        text = read_manifest_text(path)
+        return read_manifest_text(path) if isinstance(path, (str, os.PathLike)) else read_manifest_stream(path, source)
     except IsADirectoryError:
         raise ManifestError([Problem(source, "", "is a directory: name its files, or pass the directory to `kuberl validate`, "
                                      "which reads its .yaml, .yml and .json files")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem(source, "", f"cannot read: {exc}")]) from None
-    return rljob_documents_from_text(text, source)
 
 
 def rljobs_from_text(text: str, source: str) -> list[RLJob]:

@@ -24,7 +24,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -181,11 +181,17 @@ def read_manifest_text(path: str | os.PathLike[str]) -> str:
             raise ManifestError([Problem(str(path), "", "not a regular file (a device, FIFO or socket): "
                                          "name a manifest file, or redirect the stream into one")])
         with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_FILE_BYTES + 1)
+            return read_manifest_stream(f, str(path))
     finally:
         os.close(fd)
+
+
+def read_manifest_stream(stream: BinaryIO, source: str) -> str:
+    """The text of a manifest read from an open binary stream (stdin for `kuberl submit -f -`): at most
+    MAX_FILE_BYTES, as UTF-8, reading no further than the bound (a stream may never end)."""
+    data = stream.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:
-        raise ManifestError([Problem(str(path), "", f"larger than {MAX_FILE_BYTES // 2**20} MiB, the API server's request limit")])
+        raise ManifestError([Problem(source, "", f"larger than {MAX_FILE_BYTES // 2**20} MiB, the API server's request limit")])
     return data.decode("utf-8")
 
 

@@ -30,7 +30,7 @@ def test_durations_read_like_kubectl() -> None:
 def test_every_job_command_is_in_kuberl_and_in_kubectl_rl() -> None:
     for parser, prefix in ((build_parser(), []), (plugin_parser(), [])):
         for command in JOB_COMMANDS:
-            argv = prefix + [command] + ([] if command == "list" else ["x" if command != "submit" else "job.yaml"])
+            argv = prefix + [command] + ([] if command in ("list", "version") else ["x" if command != "submit" else "job.yaml"])
             args = parser.parse_args(argv + ["-n", "ns", "--context", "c", "--kubeconfig", "k"])
             assert (args.namespace, args.context, args.kubeconfig) == ("ns", "c", "k"), command
     # kubectl rl: the options before the command too, as kubectl passes `kubectl rl -n ns status x` on.
