@@ -75,15 +75,29 @@ class OperatorMetrics:
         )
         self.errors = Counter("kuberl_operator_reconcile_errors_total", "Reconciles that raised", registry=self.registry)
         self.restarts = Counter("kuberl_operator_gang_restarts_total", "Gang restarts started", registry=self.registry)
+        # Per job, so that an alert names the job and its namespace (one series per live RLJob, gone with it).
+        self.job_phase = Gauge("kuberl_operator_rljob_phase", "1 for each RLJob's current phase", ["namespace", "rljob", "phase"],
+                               registry=self.registry)
+        self.job_restarts = Gauge("kuberl_operator_rljob_restarts", "Gang restarts of each RLJob (its status.restarts)",
+                                  ["namespace", "rljob"], registry=self.registry)
         self._phases: dict[Key, str] = {}
 
-    def observe_phase(self, key: Key, phase: str | None) -> None:
+    def observe_phase(self, key: Key, phase: str | None, restarts: int = 0) -> None:
+        """The job's phase and restarts, or None: the job is gone."""
+        namespace, name = key
+        old = self._phases.get(key)
+        if old is not None and old != phase:
+            self.job_phase.remove(namespace, name, old)
         if phase is None:
             self._phases.pop(key, None)
+            if old is not None:
+                self.job_restarts.remove(namespace, name)
         else:
             self._phases[key] = phase
-        for name in PHASES:
-            self.rljobs.labels(phase=name).set(sum(1 for p in self._phases.values() if p == name))
+            self.job_phase.labels(namespace=namespace, rljob=name, phase=phase).set(1)
+            self.job_restarts.labels(namespace=namespace, rljob=name).set(restarts)
+        for p in PHASES:
+            self.rljobs.labels(phase=p).set(sum(1 for v in self._phases.values() if v == p))
 
 
 class Reconciler:
@@ -149,6 +163,7 @@ class Reconciler:
                 raise ManifestError(problems)
         except ManifestError as exc:
             self._refuse(raw, exc)
+            self.metrics.observe_phase(key, "Failed")
             return None
         observed = self.reader.observe(job, namespace, name)
         decision = decide(job, observed, datetime.now(timezone.utc))
@@ -156,7 +171,7 @@ class Reconciler:
         if applied is None:
             return GONE_RETRY_SECONDS
         decision = applied
-        self.metrics.observe_phase(key, decision.status.phase)
+        self.metrics.observe_phase(key, decision.status.phase, decision.status.restarts)
         return decision.requeue_after
 
     # --- writing ---------------------------------------------------------------------------

@@ -52,7 +52,8 @@ def _uses(repo: Path) -> dict[str, list[str]]:
             uses[name.removesuffix("_bucket")].append(entry)
 
     text = (files / "alerts.yaml").read_text()
-    # The alerts file is a Helm template: its {{ ... }} parts are not YAML.
+    # The alerts file is a Helm template: its {{ ... }} parts are not YAML (a line of nothing else renders to nothing here).
+    text = re.sub(r"^[ \t]*\{\{-.*?\}\}[ \t]*\n", "", text, flags=re.M)
     rules = yaml.safe_load(re.sub(r"\{\{.*?\}\}", "0", text))
     for group in rules["groups"]:
         for rule in group["rules"]:

@@ -49,9 +49,10 @@ def exported_names() -> set[str]:
     return names
 
 
-def alert_rules(kube_binaries_dir: Path) -> dict:
+def alert_rules(kube_binaries_dir: Path, *values: str) -> dict:
     out = subprocess.run([str(kube_binaries_dir / "helm"), "template", "k", str(CHART), "--kube-version", "1.37.2",
-                          "--set", "prometheusRule.enabled=true,image.repository=unused,trainerImage=unused"], capture_output=True, text=True, check=True, timeout=60).stdout
+                          "--set", ",".join(["prometheusRule.enabled=true,image.repository=unused,trainerImage=unused", *values])],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
     [rule] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "PrometheusRule"]
     return rule["spec"]
 
@@ -84,6 +85,61 @@ def query(port: int, expr: str) -> list:
     url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read())["data"]["result"]
+
+
+RUNBOOKS = "https://docs.example.com/kuberl/monitoring/"
+
+
+def test_each_alert_fires_naming_the_job_its_namespace_and_its_runbook(prometheus_bin: Path, kube_binaries_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    """promtool's rule unit tests: series as the operator and a scraped controller rank export them, and the alerts
+    that must come of them, labels and annotations exactly."""
+    rules = alert_rules(kube_binaries_dir, f"prometheusRule.runbookBaseURL={RUNBOOKS}")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules))
+
+    def alert(name: str, namespace: str, job: str, summary: str, description: str, **labels: str) -> dict:
+        return {"exp_labels": {"severity": labels.pop("severity", "warning"), "namespace": namespace, "rljob": job, **labels},
+                "exp_annotations": {"summary": summary, "description": description, "runbook_url": f"{RUNBOOKS}#{name.lower()}"}}
+
+    described = {r["alert"]: r["annotations"]["description"] for g in rules["groups"] for r in g["rules"]}
+    cases = [
+        ("KuberlJobFailed", 5, [alert("KuberlJobFailed", "team-a", "broken", "RLJob team-a/broken failed",
+                                      "kubectl rl status broken -n team-a: its Failed condition says why.", phase="Failed")]),
+        ("KuberlGangRestartsRising", 20, [alert("KuberlGangRestartsRising", "team-a", "flaky",
+                                                "RLJob team-a/flaky: 5 gang restarts in the last hour", described["KuberlGangRestartsRising"])]),
+        ("KuberlNoStepProgress", 30, [alert("KuberlNoStepProgress", "team-b", "stuck",
+                                            "RLJob team-b/stuck has not finished a step in 15 minutes", described["KuberlNoStepProgress"])]),
+        ("KuberlReshardShareHigh", 15, [alert("KuberlReshardShareHigh", "team-b", "slow-switch",
+                                              "RLJob team-b/slow-switch spends 25% of its steps switching weights",
+                                              described["KuberlReshardShareHigh"], severity="info")]),
+    ]
+    test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [
+            {"series": 'kuberl_operator_rljob_phase{namespace="team-a",rljob="broken",phase="Failed"}', "values": "1x30"},
+            {"series": 'kuberl_operator_rljob_phase{namespace="team-a",rljob="fine",phase="Running"}', "values": "1x30"},
+            {"series": 'kuberl_operator_rljob_restarts{namespace="team-a",rljob="flaky"}', "values": "0x10 1 2 3 4 5 5 5 5 5"},
+            {"series": 'kuberl_operator_rljob_restarts{namespace="team-a",rljob="fine"}', "values": "1x30"},
+            {"series": 'kuberl_step{namespace="team-b",rljob="stuck"}', "values": "1 2 3 4x40"},
+            {"series": 'kuberl_step{namespace="team-b",rljob="moving"}', "values": "1+1x40"},
+            {"series": 'kuberl_phase_seconds{namespace="team-b",rljob="slow-switch",phase="reshard"}', "values": "1x30"},
+            {"series": 'kuberl_phase_seconds{namespace="team-b",rljob="slow-switch",phase="generate"}', "values": "3x30"},
+        ],
+        "alert_rule_test": [{"eval_time": f"{minutes}m", "alertname": name, "exp_alerts": expected} for name, minutes, expected in cases],
+    }]}
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    result = subprocess.run([str(prometheus_bin / "promtool"), "test", "rules", str(tmp_path / "test.yaml")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {name for name, _, _ in cases} == set(described)  # every alert is tested
+
+
+def test_every_alert_has_a_runbook_in_the_docs(kube_binaries_dir: Path) -> None:
+    page = (REPO / "docs" / "monitoring.md").read_text()
+    for group in alert_rules(kube_binaries_dir)["groups"]:
+        for rule in group["rules"]:
+            assert f"\n### {rule['alert']}\n" in page, f"docs/monitoring.md has no runbook for {rule['alert']}"
+            assert "runbook_url" not in rule["annotations"]  # only where the chart is told where the docs are
 
 
 def test_prometheus_scrapes_a_run_and_the_operator(prometheus_bin: Path, control_plane, rljob_crd, tmp_path: Path) -> None:

@@ -27,3 +27,13 @@ app.kubernetes.io/component: operator
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+An alert's runbook_url annotation (files/alerts.yaml), where prometheusRule.runbookBaseURL says where the docs'
+monitoring page is: its anchor is the alert's name in lower case. Called with (dict "root" $ "alert" NAME).
+*/}}
+{{- define "kuberl.runbook" }}
+{{- with .root.Values.prometheusRule.runbookBaseURL }}
+          runbook_url: {{ printf "%s#%s" . (lower $.alert) | quote }}
+{{- end }}
+{{- end }}
