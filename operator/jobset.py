@@ -27,7 +27,7 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 CRD = "jobsets.jobset.x-k8s.io"
 MULTIKUEUE_MANAGER = "kueue.x-k8s.io/multikueue"
-NOT_RETRYABLE_RULE = "not-retryable"
+NOT_RETRYABLE_RULE = "NotRetryable"  # JobSet's webhook: a letter, then letters, digits, _ , : (no hyphen)
 JOB_REASON_POD_FAILURE_POLICY = "PodFailurePolicy"
 """The reason of a Job's Failed condition when a podFailurePolicy rule failed it."""
 

@@ -111,7 +111,7 @@ def test_one_jobset_holds_every_role_with_pods_and_restarts_the_gang() -> None:
     # A failed pod fails its Job (backoffLimit 0) and JobSet recreates every Job: the backoffLimit left; unless a
     # rank exited 3 (a restart cannot help): its Job's podFailurePolicy fails it, and that fails the JobSet.
     assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate", "rules": [
-        {"name": "not-retryable", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}
+        {"name": "NotRetryable", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}
     for replicated in spec["replicatedJobs"]:
         job_spec = replicated["template"]["spec"]
         assert job_spec["backoffLimit"] == 0 and job_spec["podFailurePolicy"] == {"rules": [
