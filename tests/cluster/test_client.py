@@ -9,6 +9,7 @@ selects; the lines themselves, `-f` included, come from a real pod in tests/node
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -37,9 +38,9 @@ from kuberl.operator.testing.rljobs import eventually, fail_pod, live_pods, new_
 VENV_BIN = Path(sys.executable).parent
 
 
-def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, **(env or {})}, input=input)
 
 
 def kuberl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -358,3 +359,118 @@ def test_progress_eta_and_validation_show_in_kubectl_get_and_kubectl_rl_status(c
     table = run(kube_binaries_dir / "kubectl", "rl", "list", "-n", ns, env=env).stdout.splitlines()
     assert table[1].split()[:6] == ["reporter", "Running", "4/40", f"{progress}%", "4m30s", "0.375"]
     jobs.delete("reporter")
+
+
+# --- kubectl's habits: -A, -o yaml|json|wide, submit -f -, version, and `kuberl operator`'s kubeconfig ------------
+
+
+def test_all_namespaces_and_the_output_formats(control_plane, operator, kubeconfig, ns, tmp_path) -> None:
+    other = new_namespace(control_plane, "client-all")
+    from_stdin = run(VENV_BIN / "kuberl", "submit", "-f", "-", "-n", ns, "--kubeconfig", kubeconfig, input=yaml.safe_dump(small_job("piped")))
+    assert (from_stdin.returncode, from_stdin.stdout) == (0, "piped\n"), from_stdin.stderr
+    from_flag = run(VENV_BIN / "kubectl-rl", "submit", "-f", write_job(tmp_path / "j.yaml", small_job("flagged")), "-n", other,
+                    "--kubeconfig", kubeconfig)
+    assert (from_flag.returncode, from_flag.stdout) == (0, "flagged\n"), from_flag.stderr
+    jobs = RLJobClient(kubeconfig=kubeconfig, namespace=ns)
+    jobs.wait("piped", "Running", timeout=60)
+
+    # -A: every namespace's jobs, NAMESPACE first; other tests' jobs may be listed too.
+    header, *rows = kuberl(kubeconfig, "list", "-A").stdout.splitlines()
+    assert header.split()[:3] == ["NAMESPACE", "NAME", "PHASE"]
+    assert {(ns, "piped"), (other, "flagged")} <= {tuple(r.split()[:2]) for r in rows}, rows
+    header, *rows = kuberl(kubeconfig, "list", "-n", ns, "-o", "wide").stdout.splitlines()
+    assert header.split()[-4:] == ["AGE", "PREEMPTIONS", "ALGORITHM", "REASON"]
+    assert [r.split()[-3:] for r in rows] == [["0", "grpo", "AllRanksRunning"]], rows
+
+    # yaml and json: the objects as the API server returns them.
+    stored = client.CustomObjectsApi(control_plane.api_client()).get_namespaced_custom_object(
+        "kuberl.dev", "v1alpha1", ns, "rljobs", "piped")
+    listed = yaml.safe_load(kuberl(kubeconfig, "list", "-n", ns, "-o", "yaml").stdout)
+    assert (listed["kind"], [i["metadata"]["uid"] for i in listed["items"]]) == ("List", [stored["metadata"]["uid"]])
+    shown = json.loads(kuberl(kubeconfig, "status", "piped", "-n", ns, "-o", "json").stdout)
+    assert shown["spec"] == stored["spec"] and shown["metadata"]["uid"] == stored["metadata"]["uid"]
+    assert shown["status"]["phase"] == "Running" and "managedFields" not in shown["metadata"]
+    everywhere = json.loads(kuberl(kubeconfig, "list", "-A", "-o", "json").stdout)
+    assert {(ns, "piped"), (other, "flagged")} <= {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in everywhere["items"]}
+    wide = kuberl(kubeconfig, "status", "piped", "-n", ns, "-o", "wide").stdout
+    assert "Algorithm:    grpo" in wide and "LAST TRANSITION" in wide
+    jobs.delete("piped")
+    RLJobClient(kubeconfig=kubeconfig, namespace=other).delete("flagged")
+
+
+def test_a_user_who_may_not_list_everywhere_gets_one_line(control_plane, rljob_crd, ns, tmp_path) -> None:
+    core = client.CoreV1Api(control_plane.api_client())
+    core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="local")))
+    token = core.create_namespaced_service_account_token(
+        "local", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
+    config = control_plane.kubeconfig_for_token(token, tmp_path / "local.kubeconfig")
+    assert one_line_error(kuberl(config, "list", "-A")) == ("error: your user may not list rljobs across all namespaces (user "
+        f"system:serviceaccount:{ns}:local): ask your cluster admin for a ClusterRole that grants it, or name a namespace (-n)")
+    # version: the Deployments of kuberl-system are not the user's to list either: said, not an error.
+    shown = kuberl(config, "version")
+    assert shown.returncode == 0 and shown.stdout.splitlines()[1].startswith(
+        "operator: unknown (your user may not list deployments in namespace kuberl-system"), shown.stdout
+
+
+def test_version_names_the_operator_the_chart_installed(control_plane, rljob_crd, kubeconfig) -> None:
+    from importlib.metadata import version
+
+    where = new_namespace(control_plane, "client-version")
+    absent = kuberl(kubeconfig, "version", "-n", where)
+    assert (absent.returncode, absent.stdout.splitlines()) == (0, [
+        f"kuberl {version('kuberl')} (API kuberl.dev/v1alpha1)",
+        f"operator: not found (no Deployment labelled app.kubernetes.io/name=kuberl,app.kubernetes.io/component=operator in "
+        f"namespace {where})"]), absent.stderr
+    # The labels and image of helm/kuberl/templates/deployment.yaml (no replicas: nothing needs to run).
+    labels = {"app.kubernetes.io/name": "kuberl", "app.kubernetes.io/component": "operator", "app.kubernetes.io/version": "0.1.0"}
+    client.AppsV1Api(control_plane.api_client()).create_namespaced_deployment(where, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "kuberl", "labels": labels},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "op"}}, "template": {
+            "metadata": {"labels": {"app": "op"}},
+            "spec": {"containers": [{"name": "operator", "image": "registry.invalid/kuberl-operator:0.1.0"}]}}}})
+    line = f"operator: 0.1.0 (Deployment {where}/kuberl, image registry.invalid/kuberl-operator:0.1.0, 0/0 ready)"
+    assert kuberl(kubeconfig, "version", "-n", where).stdout.splitlines()[1:] == [line]
+    assert line in run(VENV_BIN / "kubectl-rl", "version", "--kubeconfig", kubeconfig).stdout.splitlines()  # every namespace
+
+
+def test_the_operator_takes_kubeconfig_and_context(control_plane, rljob_crd, kubeconfig, tmp_path) -> None:
+    """$KUBECONFIG, and --context over a current context that points nowhere; a bad one is one line."""
+    import urllib.request
+
+    from kuberl.operator.ports import free_port
+    from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE
+
+    config = yaml.safe_load(kubeconfig.read_text())
+    good = config["contexts"][0]["context"]
+    config["clusters"].append({"name": "nowhere", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}})
+    config["contexts"] = [{"name": "nowhere", "context": {**good, "cluster": "nowhere"}}, {"name": "real", "context": good}]
+    config["current-context"] = "nowhere"
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    env = {"KUBECONFIG": str(path)}
+    refused = run(VENV_BIN / "kuberl", "operator", "--context", "neither", env=env)
+    assert (refused.returncode, refused.stderr) == (3, f"kuberl operator: no context 'neither' in the kubeconfig {path}; its "
+                                                       "contexts: nowhere, real\n")
+    unreachable = run(VENV_BIN / "kuberl", "operator", env=env)
+    assert unreachable.returncode == 1 and unreachable.stderr.startswith("kuberl operator: cannot reach the API server at https://127.0.0.1:")
+    assert len(unreachable.stderr.splitlines()) == 1, unreachable.stderr
+
+    health = free_port()
+    log = tmp_path / "operator.log"
+    proc = subprocess.Popen([str(VENV_BIN / "kuberl"), "operator", "--context", "real", "--namespace", new_namespace(control_plane, "op-ctx"),
+                             "--metrics-port", str(free_port()), "--health-port", str(health), "--default-image", TEST_TRAINER_IMAGE],
+                            env={**os.environ, **env}, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def healthy() -> bool:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as answer:
+                return answer.status == 200
+        except OSError:
+            return False
+
+    try:
+        eventually(healthy, 30, "the operator of context real to be healthy")
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(15)
