@@ -218,6 +218,10 @@ def _cmd_smoke(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    if args.check:
+        from kuberl.engine.runtime.install_check import main as check_main
+
+        return check_main()
     from kuberl.engine.runtime.worker import main as worker_main
 
     return worker_main()
@@ -282,9 +286,14 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--ranks", type=int, default=2, choices=(2, 4), help="local ranks (default 2)")
     smoke.add_argument("--keep", action="store_true", help="keep the model, logs and metrics it wrote")
     smoke.set_defaults(func=_cmd_smoke)
-    sub.add_parser(
+    worker = sub.add_parser(
         "worker", help="run one rank of a job (the pod command; reads KUBERL_CONFIG, RANK, WORLD_SIZE, MASTER_ADDR, ...)",
-    ).set_defaults(func=_cmd_worker)
+    )
+    worker.add_argument("--check", action="store_true",
+                        help="run no job: check that every GPU code path is installed (torch's CUDA build, cuDNN, NCCL, "
+                             "megatron-core, vLLM's CUDA build and every kernel library) and say whether a GPU is present; "
+                             "exit status 1 when a part is missing")
+    worker.set_defaults(func=_cmd_worker)
     sandbox = sub.add_parser(
         "sandbox-serve", help="serve a job's tool calls, one at a time, over HTTP (the sandbox pod's command)",
         description="Run the python and function tool calls of a job's trainers, one at a time, each with the best "
