@@ -18,7 +18,6 @@ from .errors import (
     ClientError,
     ConfigError,
     CRDNotInstalledError,
-    ForbiddenError,
     ImmutableFieldsError,
     NoKubeconfigError,
     InvalidJobError,
@@ -30,7 +29,7 @@ from .errors import (
     forbidden,
     problems_error,
 )
-from .operators import CHART_NAMESPACE, OPERATOR_SELECTOR, OperatorDeployment
+from .operators import OPERATOR_SELECTOR, OperatorDeployment
 
 TERMINAL = ("Succeeded", "Failed")
 REQUEST_TIMEOUT = 10.0
@@ -165,25 +164,16 @@ class RLJobClient:
         return found
 
     def operators(self, namespace: str | None = None) -> list[OperatorDeployment]:
-        """The kuberl operators the chart installed (its Deployments, by their labels): in `namespace`, else in every
-        namespace the user may list, else in the chart's documented one (kuberl-system)."""
+        """The kuberl operators the chart installed (its Deployments, found by their labels) in `namespace`, else in
+        every namespace (ForbiddenError when the user may not list Deployments there)."""
         from kubernetes import client
 
         apps = client.AppsV1Api(self.api_client)
-
-        def listed(where: str | None) -> list[OperatorDeployment]:
-            found = self._call("list", where, lambda: (
-                apps.list_namespaced_deployment(where, label_selector=OPERATOR_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
-                if where else apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR,
-                                                                     _request_timeout=REQUEST_TIMEOUT)), resource="deployments")
-            return sorted(map(OperatorDeployment.of, found.items), key=lambda d: (d.namespace, d.name))
-
-        if namespace is not None:
-            return listed(namespace)
-        try:
-            return listed(None)
-        except ForbiddenError:  # a user, not an admin: look where the install docs put the chart
-            return listed(CHART_NAMESPACE)
+        found = self._call("list", namespace, lambda: (
+            apps.list_namespaced_deployment(namespace, label_selector=OPERATOR_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
+            if namespace else apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR,
+                                                                      _request_timeout=REQUEST_TIMEOUT)), resource="deployments")
+        return sorted(map(OperatorDeployment.of, found.items), key=lambda d: (d.namespace, d.name))
 
     def wait(self, name: str, phase: str = "Succeeded", timeout: float | None = None, poll: float = 1.0) -> RLJobStatus:
         """Wait until the job is in `phase` and return its status. Raises PhaseError when it ends (Succeeded or
