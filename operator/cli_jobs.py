@@ -224,7 +224,29 @@ def _version(args: argparse.Namespace) -> int:
     return 0
 
 
+def previous_attempt(job: RLJob, role: str | None = None) -> list[str]:
+    """How the job's last failed attempt ended, as the operator kept it: the pod blamed for it and its last words
+    (the rank's report, or the tail of its log); [] when no attempt has failed (of that role)."""
+    failures = [f for f in (job.status.failures if job.status else []) if role is None or f.role == role]
+    if not failures:
+        return []
+    last = failures[-1]
+    code = "" if last.exit_code is None else f", exit code {last.exit_code}"
+    lines = [f"attempt {last.attempt} ended: pod {last.pod} (role {last.role}{code}, {last.reason})"]
+    return lines + [f"[{last.pod}] {line}" for line in last.message.splitlines()]
+
+
 def _logs(args: argparse.Namespace) -> int:
+    if args.previous:
+        if args.follow or args.rank is not None:
+            print("error: --previous shows the failed pod of the last failed attempt: no --follow or --rank with it", file=sys.stderr)
+            return 1
+        lines = previous_attempt(_client(args).get(args.name), args.role)
+        if not lines:
+            print(f"error: {args.name} has no failed attempt{' of role ' + args.role if args.role else ''} to show", file=sys.stderr)
+            return 1
+        print("\n".join([lines[0], *(lines[1:][-args.tail:] if args.tail else lines[1:])]))
+        return 0
     for line in _client(args).logs(args.name, role=args.role, rank=args.rank, follow=args.follow, tail=args.tail):
         print(line, flush=args.follow)
     return 0
@@ -323,6 +345,9 @@ def add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=int, help="the pod that runs this rank of the job's world (rank 0: the controller)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, until the pods end")
     p.add_argument("--tail", type=int, metavar="LINES", help="only the last LINES lines of each pod")
+    p.add_argument("-p", "--previous", action="store_true",
+                   help="how the last failed attempt ended: the pod whose failure restarted (or ended) the job, and its last "
+                        "words as the operator kept them (the rank's report, or its log's tail), after its pods are gone")
     p = command("wait", _wait, "wait until an RLJob reaches a phase",
                 "Wait until the RLJob reaches PHASE. Exit status 1 when it ends (Succeeded or Failed) in another phase, "
                 "or when --timeout passes first.")

@@ -230,3 +230,22 @@ def test_kuberl_operator_fails_in_one_line_on_a_missing_or_broken_kubeconfig(tmp
     assert one_line(run(kuberl, "operator", "--context", "two", env={**env, "KUBECONFIG": str(good)}), 3) == \
         f"kuberl operator: no context 'two' in the kubeconfig {good}; its contexts: one"
     assert one_line(run(kuberl, "operator", env={**env, "KUBECONFIG": ""}), 3).startswith("kuberl operator: no kubeconfig: ")
+
+
+def test_logs_previous_shows_how_the_last_failed_attempt_ended() -> None:
+    from kuberl.operator.api import RLJobStatus
+    from kuberl.operator.api.status import AttemptFailure
+    from kuberl.operator.cli_jobs import previous_attempt
+    from kuberl.operator.manifest import load_rljobs
+
+    job = load_rljobs(Path(__file__).parent.parent / "examples" / "dpo.yaml")[0]
+    assert previous_attempt(job) == []
+    job.status = RLJobStatus(failures=[
+        AttemptFailure(attempt=0, pod="dpo-actor-0-1-a", role="actor", exit_code=137, reason="OOMKilled", message=""),
+        AttemptFailure(attempt=1, pod="dpo-critic-0-0-b", role="critic", exit_code=1, reason="Error",
+                       message="step 12\nRuntimeError: boom"),
+    ])
+    assert previous_attempt(job) == ["attempt 1 ended: pod dpo-critic-0-0-b (role critic, exit code 1, Error)",
+                                     "[dpo-critic-0-0-b] step 12", "[dpo-critic-0-0-b] RuntimeError: boom"]
+    assert previous_attempt(job, role="actor") == ["attempt 0 ended: pod dpo-actor-0-1-a (role actor, exit code 137, OOMKilled)"]
+    assert previous_attempt(job, role="ref") == []

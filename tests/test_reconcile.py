@@ -234,3 +234,34 @@ def test_within_an_attempt_the_phase_never_goes_back_to_starting() -> None:
     assert decide(demo(phase="Pending"), Observed(jobsets=[jobset()], pods=[pod(0, ready=False)]), NOW).status.phase == "Starting"
     after = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, restart=1, ready=False), pod(1, restart=1, ready=False)])
     assert decide(demo(restarts=1, phase="Restarting"), after, NOW).status.phase == "Starting"
+
+
+def test_each_failed_attempt_is_kept_with_its_pod_and_last_words() -> None:
+    log_tail = "step 7 ...\nRuntimeError: NCCL watchdog timed out"
+    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, phase="Failed", exit_code=143),
+                                                           pod(1, phase="Failed", exit_code=1, message=log_tail),
+                                                           pod(0, restart=1, ready=False)])
+    d = decide(demo(phase="Running"), observed, NOW)
+    [kept] = d.status.failures
+    assert (kept.attempt, kept.pod, kept.role, kept.exit_code, kept.reason) == (0, "dpo-smollm2-actor-0-1-x", "actor", 1, "Error")
+    assert kept.message == log_tail
+    again = demo(restarts=1, phase="Restarting")
+    again.status.failures = d.status.failures
+    assert decide(again, observed, NOW).status.failures == d.status.failures  # seen twice, kept once
+
+    # The last attempt's end is kept too, with the rank's own words where it wrote a report.
+    said = TrainerFailure(reason="CheckpointRefused", retryable=False, role="actor", rank=0, message="CheckpointError: rng.pt")
+    final = Observed(jobsets=[jobset(restarts=1, conditions=("Failed",), before=2)],
+                     pods=[pod(0, restart=1, phase="Failed", exit_code=3, message=said.to_json())])
+    ended = decide(demo(restarts=3, phase="Running"), final, NOW).status.failures
+    assert [(f.attempt, f.reason, f.message) for f in ended] == [(3, "CheckpointRefused", "CheckpointError: rng.pt")]
+
+
+def test_only_the_newest_failed_attempts_are_kept() -> None:
+    from kuberl.operator.api.status import MAX_FAILURES, AttemptFailure
+
+    job = demo(restarts=20, phase="Running")
+    job.status.failures = [AttemptFailure(attempt=i, pod=f"p{i}", role="actor", reason="Error") for i in range(MAX_FAILURES)]
+    observed = Observed(jobsets=[jobset(restarts=21, before=0)], pods=[pod(0, restart=20, phase="Failed"), pod(0, restart=21, ready=False)])
+    kept = decide(job, observed, NOW).status.failures
+    assert len(kept) == MAX_FAILURES and kept[-1].attempt == 20 and kept[0].attempt == 1

@@ -70,6 +70,26 @@ class InitializationStatus(SpecModel):
         return next((r.commit for r in self.repos if r.field == field), None)
 
 
+MAX_FAILURES = 8
+
+
+class AttemptFailure(SpecModel):
+    """How one attempt of the job ended: the pod whose failure ended it, and its last words."""
+
+    attempt: int = Field(ge=0)
+    """The attempt (0 is the first; each gang restart starts the next)."""
+    pod: str = Field(max_length=253)
+    """The pod whose failure ended it: one whose rank failed by itself rather than one stopped after it."""
+    role: str = Field(max_length=16)
+    """That pod's role."""
+    exit_code: int | None = None
+    """Its trainer container's exit code (3: the rank said a restart cannot help; 128 + n: killed by signal n)."""
+    reason: str = Field(max_length=64)
+    """The rank's reason (InvalidConfig, ModelNotFound, ...), else the kubelet's (Error, OOMKilled, ...)."""
+    message: str = Field(default="", max_length=4096)
+    """The rank's own report, else its termination message: the tail of its log where it wrote none."""
+
+
 class RLJobStatus(SpecModel):
     """What the operator observed and what the job's controller rank reported."""
 
@@ -99,6 +119,8 @@ class RLJobStatus(SpecModel):
     """The step at which validationReward was measured."""
     restarts: int = Field(default=0, ge=0)
     """Gang restarts so far (a failed pod restarts every pod from the last checkpoint); runPolicy.backoffLimit bounds them."""
+    failures: list[AttemptFailure] = Field(default=[], max_length=MAX_FAILURES)
+    """How each of the last attempts that failed ended (the newest last): `kubectl rl logs --previous` prints them."""
     preemptions: int = Field(default=0, ge=0)
     """Times Kueue took the job's admission back (preempted by a higher priority, quota reclaimed, pods not ready in
     time): its pods stopped at a step boundary with a checkpoint and it waited again. Not counted as restarts."""

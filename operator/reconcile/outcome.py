@@ -4,7 +4,7 @@ restart cannot help, or after its last gang restart."""
 from __future__ import annotations
 
 from .context import Context, Decision, finish
-from .reading import condition, failed_pod, name, not_retryable
+from .reading import condition, failed_pod, name, not_retryable, record_failure
 
 NOT_RETRIED = "not retried: a restart would fail the same way"
 
@@ -20,6 +20,7 @@ def outcome(ctx: Context) -> Decision | None:
     if failed is None:
         return None
     ctx.status.completion_time = ctx.now
+    record_failure(ctx.status, ctx.observed.pods, jobset, ctx.status.restarts)
     permanent = not_retryable(ctx.observed.pods)
     if permanent is not None:
         pod, failure = permanent

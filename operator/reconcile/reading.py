@@ -7,6 +7,7 @@ from typing import Any
 from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TrainerFailure, read_failure
 
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
+from ..api.status import MAX_FAILURES, AttemptFailure
 from ..api.status import progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
 from .progress_bounds import check_report
@@ -128,6 +129,30 @@ def failed_pod(pods: list[dict[str, Any]]) -> str | None:
         reason = termination(pod)
         return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
     return None
+
+
+def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict[str, Any], ended: int) -> None:
+    """Keep how the job's attempt number `ended` ended in the status (the newest MAX_FAILURES), once per attempt:
+    the pod blamed for it and its last words, read before the gang restart takes the pods away. The pods carry
+    JobSet's own count, which starts again with a JobSet made again after a suspension."""
+    if any(f.attempt == ended for f in status.failures):
+        return
+    label = str(ended - _annotation(jobset, RESTARTS_BEFORE))
+    attempt_pods = [p for p in pods if p["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
+    failed = _failed(attempt_pods)
+    if not failed:
+        return
+    pod = failed[0]
+    container = _terminated(pod)
+    terminated = container[1] if container else {}
+    raw = terminated.get("message") or ""
+    said = read_failure(raw)
+    status.failures = [*status.failures, AttemptFailure(
+        attempt=ended, pod=name(pod)[:253], role=pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")[:16],
+        exit_code=terminated.get("exitCode"),
+        reason=(said.reason if said else str(terminated.get("reason") or pod.get("status", {}).get("reason") or "Failed"))[:64],
+        message=(said.message if said else raw)[-4096:],
+    )][-MAX_FAILURES:]
 
 
 def not_retryable(pods: list[dict[str, Any]]) -> tuple[str, TrainerFailure | None] | None:

@@ -474,3 +474,24 @@ def test_the_operator_takes_kubeconfig_and_context(control_plane, rljob_crd, kub
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(15)
+
+
+def test_logs_previous_shows_the_failed_pod_of_the_last_attempt_after_it_is_gone(control_plane, operator, kubeconfig, ns) -> None:
+    from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
+
+    create_job = client.CustomObjectsApi(control_plane.api_client())
+    doc = small_job("previous", runPolicy={"backoffLimit": 2})
+    create_job.create_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", doc)
+    wait_phase(control_plane, ns, "previous", "Running")
+    never = one_line_error(kuberl(kubeconfig, "logs", "previous", "--previous", "-n", ns))
+    assert "has no failed attempt" in never
+    [_, victim] = sorted(live_pods(control_plane, ns, "previous"), key=lambda p: p.metadata.name)
+    client.CoreV1Api(control_plane.api_client()).patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {
+        EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-message": "step 4 done\nRuntimeError: Connection closed by peer"}}})
+    wait_phase(control_plane, ns, "previous", "Running", 90, restarts=1)
+    eventually(lambda: all(p.metadata.uid != victim.metadata.uid for p in live_pods(control_plane, ns, "previous")), 60, "the pod to go")
+    shown = kuberl(kubeconfig, "logs", "previous", "--previous", "-n", ns)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [f"attempt 0 ended: pod {victim.metadata.name} (role actor, exit code 1, Error)",
+                                         f"[{victim.metadata.name}] step 4 done",
+                                         f"[{victim.metadata.name}] RuntimeError: Connection closed by peer"]
