@@ -20,10 +20,10 @@ node-deps:  ## Debian's packages of the real-node and docs tests (CNI plugins, i
 node-binaries: node-deps  ## build (once) and cache containerd, runc and CoreDNS for the real-node tests
 	bash scripts/node-binaries.sh >/dev/null
 
-images: node-deps kube-binaries  ## build the operator and CPU trainer images with buildah (cached by a hash of their inputs)
+images: node-deps kube-binaries  ## build the operator, CPU trainer and GPU trainer images with buildah (cached by a hash of their inputs; KUBERL_GPU_IMAGE=0: no GPU trainer)
 	bash scripts/images.sh
 
-push: images  ## push the two images to $(REGISTRY) as kuberl-operator:VERSION and kuberl-trainer:VERSION-cpu
+push: images  ## push the images to $(REGISTRY) as kuberl-operator:VERSION, kuberl-trainer:VERSION (GPU) and kuberl-trainer:VERSION-cpu
 	@test -n "$(REGISTRY)" || { echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/my-team" >&2; exit 2; }
 	bash scripts/push-images.sh $(REGISTRY)
 
@@ -44,9 +44,11 @@ crd: setup  ## regenerate crds/ and the chart's admission policy rules from the 
 docs: setup  ## regenerate the docs' generated pages and build the site into site/ (mkdocs build --strict)
 	bash scripts/docs.sh site
 
-lock: setup  ## re-resolve requirements/cpu.lock after a change to pyproject.toml's dependencies
+lock: setup  ## re-resolve requirements/cpu.lock and gpu.lock after a change to pyproject.toml's dependencies
 	$(UV) pip compile pyproject.toml --extra cpu --extra engine --extra test --extra tracking --extra docs \
 		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/cpu.lock
+	$(UV) pip compile pyproject.toml --extra gpu --extra tracking \
+		--python-version 3.11 --python-platform x86_64-unknown-linux-gnu --no-header -o requirements/gpu.lock
 
 main-job: setup  ## the README's main job: GRPO on SmolLM2-135M on CPU (about 3.5 minutes on 2 cores)
 	$(VENV)/bin/kuberl run examples/grpo-smollm2-arith.yaml

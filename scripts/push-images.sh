@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Pushes the operator and trainer images that scripts/images.sh builds to a registry:
-#   REGISTRY/kuberl-operator:VERSION and REGISTRY/kuberl-trainer:VERSION-cpu
+#   REGISTRY/kuberl-operator:VERSION, REGISTRY/kuberl-trainer:VERSION-cpu and, where images.sh built it
+#   (KUBERL_GPU_IMAGE not 0), the GPU trainer REGISTRY/kuberl-trainer:VERSION
 # and prints those references, the values the chart's image.repository and trainerImage take.
 # Log in first if the registry needs it (`buildah login REGISTRY`, or podman's or docker's login:
 # buildah reads the same auth file). Settings:
@@ -30,4 +31,9 @@ trainer_ref=$registry/kuberl-trainer:$version-cpu
 push "$(local_ref OPERATOR)" "$operator_ref"
 push "$(local_ref TRAINER)" "$trainer_ref"
 printf 'OPERATOR_IMAGE=%s\nTRAINER_IMAGE=%s\n' "$operator_ref" "$trainer_ref"
+if [ -n "$(local_ref GPU_TRAINER)" ]; then
+  gpu_ref=$registry/kuberl-trainer:$version
+  push "$(local_ref GPU_TRAINER)" "$gpu_ref"
+  printf 'GPU_TRAINER_IMAGE=%s\n' "$gpu_ref"
+fi
 echo "[push] install the chart with: --set image.repository=$registry/kuberl-operator --set trainerImage=$trainer_ref" >&2

