@@ -10,11 +10,34 @@ from ..config.termination import NotRetryable
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
 
 
+# Llama 3.1-3.3's rope scaling: megatron-core applies these three numbers, and only these, with any factor.
+LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+SUPPORTED_ROPE_SCALING = ("default", "llama3")
+
+
 class UnsupportedModel(NotRetryable, ValueError):
     """A model this engine cannot train, or cannot split the way the job's layout asks; the message says
     what the model asks for and what is supported."""
 
     reason = "UnsupportedModel"
+
+
+def rope_scaling_factor(scaling: Mapping[str, Any]) -> float | None:
+    """The llama3 rope scaling factor of a Hugging Face config's rope_scaling (rope_parameters in transformers 5),
+    None for plain rope; anything megatron-core, vLLM and transformers do not all compute alike is refused."""
+    kind = scaling.get("rope_type") or scaling.get("type") or "default"
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise UnsupportedModel(f"rope_scaling of type {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_SCALING)})")
+    differs = {k: scaling.get(k) for k, v in LLAMA3_ROPE.items() if float(scaling.get(k, v)) != v}
+    if differs:
+        raise UnsupportedModel(f"llama3 rope_scaling with {differs} is not supported: megatron-core applies "
+                               f"{LLAMA3_ROPE} (Llama 3.1-3.3's own), with any factor")
+    factor = float(scaling.get("factor", 8.0))
+    if not factor >= 1.0:
+        raise UnsupportedModel(f"llama3 rope_scaling factor {factor} is not supported: it must be at least 1")
+    return factor
 
 
 @dataclass(frozen=True)
@@ -32,6 +55,8 @@ class LlamaArch:
     tie_word_embeddings: bool
     qkv_bias: bool
     """Qwen2 has biases on q, k and v; Llama has none."""
+    rope_scaling_factor: float | None = None
+    """Llama 3.1+'s rope scaling (rope_type llama3) with this factor; None: plain rope."""
 
     @property
     def heads_per_group(self) -> int:
@@ -53,9 +78,7 @@ class LlamaArch:
         rope_theta = get("rope_theta")
         if rope_theta is None:  # transformers 5 keeps it under rope_parameters
             rope_theta = (get("rope_parameters") or {}).get("rope_theta", 10000.0)
-        scaling = get("rope_scaling")
-        if scaling and (scaling.get("rope_type") or scaling.get("type")) not in (None, "default"):
-            raise UnsupportedModel(f"rope_scaling {scaling} is not supported yet (only the default rope)")
+        scaling_factor = rope_scaling_factor(get("rope_scaling") or get("rope_parameters") or {})
         return cls(
             vocab_size=get("vocab_size"),
             hidden_size=hidden,
@@ -69,6 +92,7 @@ class LlamaArch:
             max_position_embeddings=get("max_position_embeddings"),
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
             qkv_bias=model_type == "qwen2" or bool(get("attention_bias", False)),
+            rope_scaling_factor=scaling_factor,
         )
 
     def check_layout(self, tp: int, pp: int) -> None:

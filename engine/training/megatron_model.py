@@ -65,6 +65,8 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
         share_embeddings_and_output_weights=arch.tie_word_embeddings if share_embeddings is None else share_embeddings,
         position_embedding_type="rope",
         rotary_base=int(arch.rope_theta),
+        rope_scaling=arch.rope_scaling_factor is not None,
+        rope_scaling_factor=arch.rope_scaling_factor or 8.0,
         parallel_output=True,
     )
 

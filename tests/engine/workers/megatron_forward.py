@@ -74,6 +74,8 @@ def main() -> None:
     ids = blob["input_ids"].chunk(dp_size, dim=0)[dp_rank]
     batch, seq = ids.shape
     positions = torch.arange(seq).unsqueeze(0).expand(batch, seq)
+    if "position_ids" in blob:  # positions far into a long context, without the long sequence
+        positions = blob["position_ids"].chunk(dp_size, dim=0)[dp_rank]
     labels = torch.roll(ids, -1, dims=1)
     captured = {}
 

@@ -1,0 +1,34 @@
+"""Which rope a Hugging Face config asks for, and what the engine refuses, before any weight loads.
+Megatron-core against transformers with Llama 3.1's scaling: tests/engine/test_megatron.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from kuberl.engine.models.arch import UnsupportedModel, rope_scaling_factor
+
+LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def test_plain_rope_has_no_factor() -> None:
+    assert rope_scaling_factor({}) is None
+    assert rope_scaling_factor({"rope_type": "default", "rope_theta": 500000.0}) is None  # transformers 5's rope_parameters
+
+
+@pytest.mark.parametrize("scaling,factor", [(LLAMA31, 8.0), ({**LLAMA31, "factor": 32.0}, 32.0),  # Llama 3.1/3.3, and 3.2
+                                            ({**LLAMA31, "rope_theta": 500000.0}, 8.0),  # as transformers 5 writes it
+                                            ({"type": "llama3", "factor": 8.0}, 8.0)])  # the older key, the defaults
+def test_llama3_scaling_is_read(scaling: dict, factor: float) -> None:
+    assert rope_scaling_factor(scaling) == factor
+
+
+@pytest.mark.parametrize("scaling,words", [
+    ({"rope_type": "yarn", "factor": 4.0}, "'yarn' is not supported (supported: default, llama3)"),
+    ({"rope_type": "dynamic", "factor": 2.0}, "'dynamic' is not supported"),
+    ({**LLAMA31, "original_max_position_embeddings": 4096}, "original_max_position_embeddings"),
+    ({**LLAMA31, "low_freq_factor": 2.0}, "low_freq_factor"),
+    ({**LLAMA31, "factor": 0.5}, "at least 1"),
+])
+def test_anything_megatron_core_would_compute_otherwise_is_refused(scaling: dict, words: str) -> None:
+    with pytest.raises(UnsupportedModel, match=words.replace("(", r"\(").replace(")", r"\)")):
+        rope_scaling_factor(scaling)
