@@ -32,3 +32,18 @@ def test_llama3_scaling_is_read(scaling: dict, factor: float) -> None:
 def test_anything_megatron_core_would_compute_otherwise_is_refused(scaling: dict, words: str) -> None:
     with pytest.raises(UnsupportedModel, match=words.replace("(", r"\(").replace(")", r"\)")):
         rope_scaling_factor(scaling)
+
+
+QWEN3_06B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+             "max_position_embeddings": 40960, "tie_word_embeddings": True, "attention_bias": False, "use_sliding_window": False}
+
+
+def test_qwen3_is_read_with_its_qk_norms_and_its_own_head_size() -> None:
+    from kuberl.engine.models.arch import LlamaArch
+
+    arch = LlamaArch.from_hf_config(QWEN3_06B)  # Qwen3-0.6B's config.json
+    assert arch.qk_norm and not arch.qkv_bias and arch.head_dim == 128 and arch.num_heads * arch.head_dim != arch.hidden_size
+    assert not LlamaArch.from_hf_config({**QWEN3_06B, "model_type": "qwen2"}).qk_norm
+    with pytest.raises(UnsupportedModel, match="use_sliding_window"):
+        LlamaArch.from_hf_config({**QWEN3_06B, "use_sliding_window": True})

