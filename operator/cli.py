@@ -65,7 +65,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         try:
             documents = load_rljob_documents(path)
             policy = _admission_policy(args)
-            problems = [] if args.local else [p for source, job in documents for p in cluster_problems(job, source, policy=policy)]
+            if args.local:
+                from .local_checks import local_model_problems
+
+                problems = [p for source, job in documents for p in local_model_problems(job, source, path.parent)]
+            else:
+                problems = [p for source, job in documents for p in cluster_problems(job, source, policy=policy)]
             if problems:
                 raise ManifestError(problems)
         except NoRLJob as exc:
@@ -261,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+", metavar="FILE", help="a manifest, or a directory of them (.yaml, .yml, .json)")
     validate.add_argument("-R", "--recursive", action="store_true", help="read directories' subdirectories too")
     validate.add_argument("--local", action="store_true",
-                          help="check for `kuberl run` on this machine: local paths are read where they are, no volumes needed")
+                          help="check for `kuberl run` on this machine: local paths are read where they are, no volumes needed; "
+                               "a model folder that is here is checked against the engine's families and the job's layouts")
     _add_admission_flags(validate, "accept")
     validate.set_defaults(func=_cmd_validate)
 

@@ -394,3 +394,29 @@ def test_a_complete_commit_is_verified_from_the_cache_while_the_hub_is_down_agai
     _blob_of(snapshot, "config.json").write_text("{}")  # poisoned while the hub cannot vouch for a new copy
     run = initialize(tmp_path, endpoint, cache, engine_config(hubId=REPO, revision=commit), env=down)
     assert run.code == 1 and run.report.reason == "HubUnreachable", run.stderr
+
+
+def test_an_unsupported_model_is_refused_once_fetched_before_any_trainer_starts_against_a_hub_stand_in(
+        tmp_path: Path, tiny_model: Path) -> None:
+    import json
+    import shutil
+
+    gemma = tmp_path / "gemma"
+    shutil.copytree(tiny_model, gemma)
+    config = json.loads((gemma / "config.json").read_text())
+    (gemma / "config.json").write_text(json.dumps({**config, "model_type": "gemma3_text"}))
+    with HubServer("127.0.0.1", token=TOKEN) as server:
+        server.add_repo("kuberl-test/gemma", gemma)
+        server.add_repo(REPO, tiny_model)
+        run = initialize(tmp_path, server.url, tmp_path / "cache", engine_config(hubId="kuberl-test/gemma", tokenSecretRef=SECRET))
+        assert run.code == PERMANENT_FAILURE_EXIT_CODE, run.stderr
+        assert run.report.reason == "UnsupportedModel" and "model.hubId kuberl-test/gemma" in (run.report.message or "")
+        assert "'gemma3_text'" in (run.report.message or "") and "supported: llama, qwen2, qwen3, mistral" in (run.report.message or "")
+        # A supported model that the job's layout cannot split: named with the role and the layout.
+        wide = engine_config(hubId=REPO, tokenSecretRef=SECRET).model_dump(by_alias=True, exclude_none=True)
+        wide["roles"]["actor"]["layout"] = {"tp": 64, "dp": 1}
+        wide["worldSize"], wide["roles"]["actor"]["ranks"] = 64, 64
+        split = initialize(tmp_path, server.url, tmp_path / "cache", EngineConfig.model_validate(wide))
+        assert split.code == PERMANENT_FAILURE_EXIT_CODE and split.report.reason == "UnsupportedModel", split.report
+        assert "roles.actor.layout: tp=64 must divide" in (split.report.message or "")
+        assert [r.repo for r in split.report.repos] == [REPO]  # fetched, and kept in the cache for a fixed job

@@ -47,3 +47,35 @@ def test_qwen3_is_read_with_its_qk_norms_and_its_own_head_size() -> None:
     assert not LlamaArch.from_hf_config({**QWEN3_06B, "model_type": "qwen2"}).qk_norm
     with pytest.raises(UnsupportedModel, match="use_sliding_window"):
         LlamaArch.from_hf_config({**QWEN3_06B, "use_sliding_window": True})
+
+
+def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path) -> None:
+    import json
+    import subprocess
+
+    import yaml
+
+    repo = __import__("pathlib").Path(__file__).resolve().parent.parent
+    doc = yaml.safe_load((repo / "examples" / "grpo-smollm2-arith.yaml").read_text())
+    model = tmp_path / "model"
+    model.mkdir()
+    doc["spec"]["model"] = {"path": "model"}  # beside the manifest
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(doc))
+
+    def validate() -> subprocess.CompletedProcess:
+        return subprocess.run([kuberl_cli, "validate", "--local", str(job)], capture_output=True, text=True, timeout=120)
+
+    assert validate().returncode == 0  # no config.json here: the run will say so, validate does not guess
+    (model / "config.json").write_text(json.dumps({**QWEN3_06B, "model_type": "gemma3_text"}))
+    refused = validate()
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "spec.model.path" in refused.stderr and "'gemma3_text' is not a Llama-family model" in refused.stderr
+    (model / "config.json").write_text(json.dumps({**QWEN3_06B, "num_key_value_heads": 1}))
+    # Two ranks at tp=2, which one key/value head cannot split.
+    doc["spec"]["roles"]["actor"].update(replicas=1, gpusPerReplica=2, layout={"tp": 2, "pp": 1, "dp": 1, "rolloutTp": 1})
+    job.write_text(yaml.safe_dump(doc))
+    split = validate()
+    assert split.returncode == 1 and "roles.actor.layout: tp=2 must divide the 1 key/value heads" in split.stderr, split.stderr
+    (model / "config.json").write_text("[1, 2]")
+    assert "cannot be read as a model's config" in validate().stderr

@@ -23,7 +23,7 @@ TERMINATION_MESSAGE_LIMIT = 4096
 
 InitializationReason = str
 """A CamelCase word: RepositoryNotFound, RevisionNotFound, TokenRefused, CacheVolumeFull,
-HubUnreachable, DownloadFailed."""
+HubUnreachable, DownloadFailed, UnsupportedModel."""
 
 
 class FetchedRepo(SpecModel):

@@ -68,7 +68,34 @@ def initialize(config: EngineConfig, hub: Hub) -> InitializationReport:
         except InitializationFailed as failure:
             log.error("%s (%s)", failure.message, failure.reason)
             return InitializationReport(repos=fetched, reason=failure.reason, message=clip(failure.message))
+        if field == "model":
+            refused = _refused_model(fetched[-1], config, hub)
+            if refused is not None:
+                log.error("%s", refused)
+                return InitializationReport(repos=fetched, reason="UnsupportedModel", message=clip(refused))
     return InitializationReport(repos=fetched)
+
+
+def _refused_model(repo: FetchedRepo, config: EngineConfig, hub: Hub) -> str | None:
+    """Why the engine cannot train the model just fetched as the job lays it out, read from its config.json
+    in the cache: said now, before any trainer pod starts and loads it."""
+    import json
+
+    from huggingface_hub import try_to_load_from_cache
+
+    from ..models.arch import UnsupportedModel
+    from ..models.support import check_model
+
+    path = try_to_load_from_cache(repo.repo, "config.json", cache_dir=hub.cache_dir, revision=repo.commit)
+    if not isinstance(path, str):
+        return f"model.hubId {repo.repo}@{repo.commit[:12]} has no config.json: it is not a Hugging Face model folder"
+    try:
+        check_model(json.loads(Path(path).read_text()), config)
+    except UnsupportedModel as exc:
+        return f"model.hubId {repo.repo}: {exc}"
+    except (ValueError, TypeError, KeyError) as exc:
+        return f"model.hubId {repo.repo}: its config.json cannot be read as a model's: {type(exc).__name__}: {exc}"
+    return None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,27 @@
+"""Whether the engine can train a model as a job lays it out: read from its config.json before any pod loads it.
+
+The initializer runs this on the model it fetched (a hub repository), and `kuberl validate --local` on a model
+folder it can read, so an unsupported family, rope or layout is refused before the trainer pods start and
+download or load anything; the ranks check the same again when they build the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..config.topology import EngineConfig
+from .arch import LlamaArch, UnsupportedModel
+
+
+def check_model(hf_config: Mapping[str, Any], config: EngineConfig) -> LlamaArch:
+    """The model's shape, if every role that loads it can split it its way; else UnsupportedModel naming the role."""
+    arch = LlamaArch.from_hf_config(hf_config)
+    for role, topo in config.roles.items():
+        if role == "reward":  # a reward model is a model of its own (reward.model), read where it is loaded
+            continue
+        tp, pp = topo.layout.tp, topo.layout.pp
+        try:
+            arch.check_layout(tp, pp)
+        except UnsupportedModel as exc:
+            raise UnsupportedModel(f"roles.{role}.layout: {exc}") from None
+    return arch
