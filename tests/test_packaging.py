@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import kuberl.engine
-import kuberl.operator
+import kuberl.operator  # noqa: F401 - binds the same name as the line above; used as kuberl.operator below
 
 
 def test_packages_come_from_the_repository_folders(repo: Path) -> None:

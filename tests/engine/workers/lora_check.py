@@ -43,7 +43,7 @@ def main() -> None:
     from kuberl.engine.models.lora_layout import gather_adapter
     from kuberl.engine.training.loss_scale import UpdateTotals
     from kuberl.engine.training.policy import MegatronLM, response_logprobs_from_logits
-    from kuberl.engine.training.sequences import MiniBatch, micro_batches, pack
+    from kuberl.engine.training.sequences import MiniBatch, pack
 
     init_model_parallel(args.tp, args.pp, seed=0)
     folder = Path(args.model)

@@ -97,7 +97,6 @@ def split_gradients(policy, batch) -> dict:
     from kuberl.engine.config.algorithm import AlgorithmSpec
     from kuberl.engine.training.loss_scale import UpdateTotals
     from kuberl.engine.training.losses import policy_loss_fn
-    from kuberl.engine.training.sequences import micro_batches
 
     noise = torch.Generator().manual_seed(2)
     with torch.no_grad():
