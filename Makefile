@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries scheduling-binaries node-deps node-binaries images push prometheus test crd lock main-job agent-demo bench-setup dist docs
+.PHONY: setup kube-binaries scheduling-binaries node-deps node-binaries images push prometheus test crd generate lock main-job agent-demo bench-setup dist docs
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
@@ -40,6 +40,13 @@ crd: setup  ## regenerate crds/ and the chart's admission policy rules from the 
 	$(VENV)/bin/kuberl crd > crds/kuberl.dev_rljobs.yaml
 	cp crds/kuberl.dev_rljobs.yaml helm/kuberl/crds/kuberl.dev_rljobs.yaml
 	$(VENV)/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json
+
+generate: setup  ## regenerate everything made from the code (docs/testing.md lists it); a tree that is current stays unchanged
+	@# Each to a temporary file first: the generators import the package whose file they rewrite.
+	$(PY) -m kuberl.operator.kube_types_codegen > operator/api/kube_types.py.new && mv operator/api/kube_types.py.new operator/api/kube_types.py
+	$(PY) -m kuberl.engine.runtime.catalog > engine/config/algorithm_catalog.py.new && mv engine/config/algorithm_catalog.py.new engine/config/algorithm_catalog.py
+	$(MAKE) --no-print-directory crd
+	$(PY) -m kuberl.operator.docgen docs
 
 docs: setup  ## regenerate the docs' generated pages and build the site into site/ (mkdocs build --strict)
 	bash scripts/docs.sh site
