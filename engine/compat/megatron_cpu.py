@@ -137,6 +137,12 @@ def apply() -> bool:
     torch.cuda.synchronize = lambda *args, **kwargs: None
     torch.Tensor.cuda = lambda self, *args, **kwargs: self
     torch.Tensor.type = _cuda_type_names_for_megatron(torch.Tensor.type)
+    # Without Transformer Engine, megatron-core 0.16.1's MoE router gating reads te_general_gemm, a name its
+    # failed TE import never defined (NameError); None makes it take its torch.mm path.
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
     proxy = _TorchOnCpu()
     for name in _MODULES_WITH_CUDA_TENSORS:
         importlib.import_module(name).torch = proxy
