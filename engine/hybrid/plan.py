@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.arch import LlamaArch
+from ..models.arch import LlamaArch, UnsupportedModel
 from ..models.convert import MG_LAYER, stage_layers
 
 
@@ -62,6 +62,9 @@ def hybridflow_bytes(model_bytes: float, tp: int, tg: int = 1, pg: int = 1) -> f
 def transfer_units(arch: LlamaArch, tp: int, pp: int) -> list[Unit]:
     """Every parameter the generation replica needs, with the pieces that make it, in a fixed order."""
     arch.check_layout(tp, pp)
+    if arch.is_moe:
+        raise UnsupportedModel("switching a mixture-of-experts model into vLLM is not implemented yet: its experts "
+                               "have no place in this plan (megatron-core trains it; the rollout cannot take its weights)")
     h, v, ffn = arch.hidden_size, arch.vocab_size, arch.intermediate_size
     units: list[Unit] = []
 

@@ -1,4 +1,5 @@
-"""The shape of a Llama-family causal LM (Llama, Qwen2, SmolLM2), read from a Hugging Face config."""
+"""The shape of a Llama-family causal LM (Llama, Qwen2, Qwen3, SmolLM2, and the mixture-of-experts Qwen3-MoE and
+Mixtral), read from a Hugging Face config."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any, Mapping
 
 from ..config.termination import NotRetryable
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "mixtral")
+MOE_MODEL_TYPES = ("qwen3_moe", "mixtral")
 
 
 # Llama 3.1-3.3's rope scaling: megatron-core applies these three numbers, and only these, with any factor.
@@ -59,6 +61,22 @@ class LlamaArch:
     """Llama 3.1+'s rope scaling (rope_type llama3) with this factor; None: plain rope."""
     qk_norm: bool = False
     """Qwen3 normalises each head's query and key (RMSNorm over the head dimension) before the rope."""
+    num_experts: int = 0
+    """Mixture of experts: routed experts in every layer's MLP (0: a dense MLP of intermediate_size)."""
+    experts_per_token: int = 0
+    """The router's top k."""
+    moe_intermediate_size: int = 0
+    """Each expert's hidden size (gate/up rows)."""
+    norm_topk_prob: bool = True
+    """Renormalise the top k routing probabilities to sum to 1 (Mixtral always; Qwen3-MoE per its config)."""
+    router_aux_loss_coef: float = 0.0
+    """The load-balancing loss's coefficient."""
+    hf_moe_prefix: str = "mlp"
+    """Where a layer's router and experts live in Hugging Face checkpoints: Mixtral's are under block_sparse_moe."""
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
 
     @property
     def heads_per_group(self) -> int:
@@ -79,6 +97,7 @@ class LlamaArch:
             raise UnsupportedModel(f"{model_type} with use_sliding_window is not supported: every layer attends to the whole context here")
         heads = get("num_attention_heads")
         hidden = get("hidden_size")
+        moe = moe_fields(model_type, get) if model_type in MOE_MODEL_TYPES else {}
         rope_theta = get("rope_theta")
         if rope_theta is None:  # transformers 5 keeps it under rope_parameters
             rope_theta = (get("rope_parameters") or {}).get("rope_theta", 10000.0)
@@ -97,15 +116,26 @@ class LlamaArch:
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
             qkv_bias=model_type == "qwen2" or bool(get("attention_bias", False)),
             rope_scaling_factor=scaling_factor,
-            qk_norm=model_type == "qwen3",
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            **moe,
         )
 
-    def check_layout(self, tp: int, pp: int) -> None:
-        """Raise if tensor or pipeline parallelism cannot split this model evenly."""
+    def check_layout(self, tp: int, pp: int, ep: int = 1) -> None:
+        """Raise if tensor, pipeline or expert parallelism cannot split this model evenly."""
         problems = []
+        if self.is_moe:
+            if tp > 1:
+                # megatron-core 0.16.1's MoE layer refuses to train under tp > 1 without sequence parallelism
+                # (MoELayer.forward), and sequence parallelism needs Transformer Engine.
+                problems.append(f"tp={tp} is not supported for mixture-of-experts models yet: megatron-core trains MoE "
+                                "under tensor parallelism only with sequence parallelism; use tp=1 (and ep)")
+            if self.num_experts % ep:
+                problems.append(f"ep={ep} must divide the {self.num_experts} experts")
+        elif ep != 1:
+            problems.append(f"ep={ep}: expert parallelism needs a mixture-of-experts model")
         if self.num_kv_heads % tp:
             problems.append(f"tp={tp} must divide the {self.num_kv_heads} key/value heads (whole groups per rank)")
-        if self.intermediate_size % tp:
+        if not self.is_moe and self.intermediate_size % tp:
             problems.append(f"tp={tp} must divide intermediate_size {self.intermediate_size}")
         if self.vocab_size % tp:
             problems.append(f"tp={tp} must divide the vocabulary of {self.vocab_size} tokens")
@@ -113,3 +143,34 @@ class LlamaArch:
             problems.append(f"pp={pp} must divide the {self.num_layers} layers")
         if problems:
             raise UnsupportedModel("; ".join(problems))
+
+
+def moe_fields(model_type: str, get) -> dict[str, Any]:
+    """LlamaArch's mixture-of-experts fields from a Qwen3-MoE or Mixtral config; what megatron-core's MoE layer
+    cannot compute alike (shared experts, dense layers between sparse ones, router noise) is refused, naming the field."""
+    if model_type == "qwen3_moe":
+        if (get("decoder_sparse_step") or 1) != 1:
+            raise UnsupportedModel(f"qwen3_moe with decoder_sparse_step={get('decoder_sparse_step')} is not supported: "
+                                   "every layer must be a mixture of experts (decoder_sparse_step 1)")
+        if get("mlp_only_layers"):
+            raise UnsupportedModel(f"qwen3_moe with mlp_only_layers={list(get('mlp_only_layers'))} is not supported: "
+                                   "every layer must be a mixture of experts")
+        for field in ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"):
+            if get(field):
+                raise UnsupportedModel(f"qwen3_moe with {field}={get(field)} is not supported: no shared experts here")
+        experts, size = get("num_experts") or get("num_local_experts"), get("moe_intermediate_size")  # transformers 5 renames it
+        norm, prefix = bool(get("norm_topk_prob", False)), "mlp"
+    else:  # mixtral: softmax over the top k, i.e. renormalised
+        if get("router_jitter_noise"):
+            raise UnsupportedModel(f"mixtral with router_jitter_noise={get('router_jitter_noise')} is not supported: "
+                                   "megatron-core's router adds no noise to the router's logits")
+        if get("sliding_window"):
+            raise UnsupportedModel(f"mixtral with sliding_window={get('sliding_window')} is not supported: "
+                                   "every layer attends to the whole context here")
+        experts, size = get("num_local_experts"), get("intermediate_size")
+        norm, prefix = True, "block_sparse_moe"
+    topk = get("num_experts_per_tok")
+    if not experts or not topk or topk > experts:
+        raise UnsupportedModel(f"{model_type} with {experts} experts and num_experts_per_tok={topk} is not a mixture of experts")
+    return dict(num_experts=int(experts), experts_per_token=int(topk), moe_intermediate_size=int(size),
+                norm_topk_prob=norm, router_aux_loss_coef=float(get("router_aux_loss_coef") or 0.0), hf_moe_prefix=prefix)

@@ -9,15 +9,38 @@ from ..compat import megatron_cpu
 from ..models.arch import LlamaArch
 
 
-def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.dtype = torch.float32):
+def moe_config(arch: LlamaArch, ep: int = 1) -> dict:
+    """TransformerConfig's mixture-of-experts fields: megatron-core's router computing what the Hugging Face family does.
+
+    Both families take the softmax of the router's logits over all experts and keep the top k. Renormalised
+    (Mixtral, Qwen3-MoE with norm_topk_prob), that equals megatron's softmax over the top k logits
+    (moe_router_pre_softmax False); not renormalised (Qwen3-MoE's default), it is megatron's pre-softmax routing."""
+    if not arch.is_moe:
+        return {}
+    return dict(
+        num_moe_experts=arch.num_experts,
+        moe_router_topk=arch.experts_per_token,
+        moe_ffn_hidden_size=arch.moe_intermediate_size,
+        moe_router_score_function="softmax",
+        moe_router_pre_softmax=not arch.norm_topk_prob,
+        moe_router_load_balancing_type="aux_loss",
+        moe_aux_loss_coeff=arch.router_aux_loss_coef,
+        moe_token_dispatcher_type="allgather",
+        moe_grouped_gemm=False,
+        moe_router_dtype="fp32",
+        expert_model_parallel_size=ep,
+    )
+
+
+def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.dtype = torch.float32, ep: int = 1):
     """megatron-core's TransformerConfig for `arch`; fused kernels off, so CPU and GPU compute alike."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    arch.check_layout(tp, pp)
+    arch.check_layout(tp, pp, ep)
     return TransformerConfig(
         num_layers=arch.num_layers,
         hidden_size=arch.hidden_size,
-        ffn_hidden_size=arch.intermediate_size,
+        ffn_hidden_size=arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size,
         num_attention_heads=arch.num_heads,
         num_query_groups=arch.num_kv_heads,
         kv_channels=arch.head_dim,
@@ -43,12 +66,14 @@ def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.d
         gradient_accumulation_fusion=False,
         attention_softmax_in_fp32=True,
         qk_layernorm=arch.qk_norm,
+        **moe_config(arch, ep),
     )
 
 
 def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0, dtype: torch.dtype = torch.float32,
-                    share_embeddings: bool | None = None):
-    """The GPTModel of one pipeline stage. megatron's parallel_state must already be initialised.
+                    share_embeddings: bool | None = None, ep: int = 1):
+    """The GPTModel of one pipeline stage. megatron's parallel_state must already be initialised (with
+    expert_model_parallel_size=ep for a mixture of experts).
 
     share_embeddings defaults to the architecture's tied embeddings (a critic unties them: its
     output layer is a value head)."""
@@ -57,8 +82,9 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
 
     megatron_cpu.apply()
     return GPTModel(
-        config=transformer_config(arch, tp, pp, dtype),
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=arch.qk_norm),
+        config=transformer_config(arch, tp, pp, dtype, ep),
+        transformer_layer_spec=get_gpt_layer_local_spec(num_experts=arch.num_experts or None, moe_grouped_gemm=False,
+                                                        normalization="RMSNorm", qk_layernorm=arch.qk_norm),
         vocab_size=arch.vocab_size,
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pp_rank == 0,
