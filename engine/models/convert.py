@@ -7,6 +7,11 @@ Megatron's layout (megatron-core, verified against its modules):
 - linear_proj and linear_fc2 are row-parallel: split along their input dimension.
 - word embeddings and the output layer are split by vocabulary rows; norms are replicated.
 Names are local to a pipeline stage: stage s of p holds layers s*L/p .. (s+1)*L/p - 1, numbered from 0.
+Mixture of experts (tp=1): the router (HF `gate`) is replicated; expert rank r of ep holds experts
+r*E/ep .. (r+1)*E/ep - 1 as megatron's sequential experts `mlp.experts.local_experts.{j}`, numbered from 0,
+each with linear_fc1 = cat(gate_proj, up_proj) and linear_fc2 = down_proj. Hugging Face names are the
+checkpoints' (what save_pretrained writes and read_hf_state_dict reads): Qwen3-MoE
+`mlp.experts.{e}.gate_proj/up_proj/down_proj`, Mixtral `block_sparse_moe.experts.{e}.w1/w3/w2`.
 """
 
 from __future__ import annotations
@@ -60,6 +65,49 @@ def unshard_fc1(shards: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]
     return torch.cat(gates, dim=0), torch.cat(ups, dim=0)
 
 
+# --- mixture of experts -----------------------------------------------------------------------
+
+# Hugging Face expert projection names per family: (gate, up, down).
+EXPERT_NAMES = {"mlp": ("gate_proj", "up_proj", "down_proj"), "block_sparse_moe": ("w1", "w3", "w2")}
+MG_EXPERT = "mlp.experts.local_experts.{}."
+
+
+def hf_expert(arch: LlamaArch, layer: int, expert: int) -> tuple[str, str, str]:
+    """The checkpoint names of one expert's gate, up and down projections."""
+    prefix = f"{HF_LAYER.format(layer)}{arch.hf_moe_prefix}.experts.{expert}."
+    return tuple(prefix + name + ".weight" for name in EXPERT_NAMES[arch.hf_moe_prefix])  # type: ignore[return-value]
+
+
+def hf_router(arch: LlamaArch, layer: int) -> str:
+    return f"{HF_LAYER.format(layer)}{arch.hf_moe_prefix}.gate.weight"
+
+
+def unfuse_hf_experts(state: Mapping[str, torch.Tensor], arch: LlamaArch) -> dict[str, torch.Tensor]:
+    """transformers 5 keeps a layer's experts fused in memory (`mlp.experts.gate_up_proj` [E, 2I, H] and
+    `mlp.experts.down_proj` [E, H, I], Mixtral's under `mlp` too): the checkpoint's per-expert names instead."""
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if name.endswith(".mlp.experts.gate_up_proj"):
+            layer = int(name.split(".")[2])
+            for e in range(arch.num_experts):
+                gate, up, _ = hf_expert(arch, layer, e)
+                out[gate], out[up] = (t.clone() for t in tensor[e].chunk(2, dim=0))
+        elif name.endswith(".mlp.experts.down_proj"):
+            layer = int(name.split(".")[2])
+            for e in range(arch.num_experts):
+                out[hf_expert(arch, layer, e)[2]] = tensor[e].clone()
+        elif name.endswith(".mlp.gate.weight"):
+            out[hf_router(arch, int(name.split(".")[2]))] = tensor
+        else:
+            out[name] = tensor
+    return out
+
+
+def local_experts(arch: LlamaArch, ep_rank: int, ep_size: int) -> range:
+    per = arch.num_experts // ep_size
+    return range(ep_rank * per, (ep_rank + 1) * per)
+
+
 # Megatron parameter suffix -> (how it is split across TP ranks): "column" on dim 0, "row" on dim 1,
 # "replicated", or the special layouts "qkv" and "fc1".
 TP_LAYOUT = {
@@ -75,6 +123,7 @@ TP_LAYOUT = {
     "self_attention.k_layernorm.weight": "replicated",
     "mlp.linear_fc1.weight": "fc1",
     "mlp.linear_fc2.weight": "row",
+    "mlp.router.weight": "replicated",
 }
 
 
@@ -94,9 +143,9 @@ def stage_layers(arch: LlamaArch, pp_rank: int, pp_size: int) -> range:
 
 
 def hf_to_megatron(hf: Mapping[str, torch.Tensor], arch: LlamaArch, tp_rank: int = 0, tp_size: int = 1,
-                   pp_rank: int = 0, pp_size: int = 1) -> dict[str, torch.Tensor]:
-    """The Megatron state dict of one (TP, PP) rank from a full Hugging Face state dict."""
-    arch.check_layout(tp_size, pp_size)
+                   pp_rank: int = 0, pp_size: int = 1, ep_rank: int = 0, ep_size: int = 1) -> dict[str, torch.Tensor]:
+    """The Megatron state dict of one (TP, PP, EP) rank from a full Hugging Face state dict."""
+    arch.check_layout(tp_size, pp_size, ep_size)
     out: dict[str, torch.Tensor] = {}
     first, last = pp_rank == 0, pp_rank == pp_size - 1
     embed = hf["model.embed_tokens.weight"]
@@ -124,14 +173,26 @@ def hf_to_megatron(hf: Mapping[str, torch.Tensor], arch: LlamaArch, tp_rank: int
             out[m + "self_attention.k_layernorm.weight"] = hf[attn + "k_norm.weight"].clone()
         out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"].clone()
         out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"].clone()
+        if arch.is_moe:  # tp is 1 (check_layout)
+            out[m + "mlp.router.weight"] = hf[hf_router(arch, layer)].clone()
+            for local_expert, expert in enumerate(local_experts(arch, ep_rank, ep_size)):
+                gate, up, down = hf_expert(arch, layer, expert)
+                out[m + MG_EXPERT.format(local_expert) + "linear_fc1.weight"] = torch.cat([hf[gate], hf[up]], dim=0)
+                out[m + MG_EXPERT.format(local_expert) + "linear_fc2.weight"] = hf[down].clone()
+            continue
         mlp = h + "mlp."
         out[m + "mlp.linear_fc1.weight"] = shard_fc1(hf[mlp + "gate_proj.weight"], hf[mlp + "up_proj.weight"], tp_rank, tp_size)
         out[m + "mlp.linear_fc2.weight"] = shard(hf[mlp + "down_proj.weight"], 1, tp_rank, tp_size)
     return out
 
 
-def megatron_to_hf(shards: Mapping[tuple[int, int], Mapping[str, torch.Tensor]], arch: LlamaArch) -> dict[str, torch.Tensor]:
-    """A full Hugging Face state dict from every rank's Megatron state dict, keyed by (pp_rank, tp_rank)."""
+def megatron_to_hf(shards: Mapping[tuple[int, ...], Mapping[str, torch.Tensor]], arch: LlamaArch) -> dict[str, torch.Tensor]:
+    """A full Hugging Face state dict from every rank's Megatron state dict, keyed by (pp_rank, tp_rank), or by
+    (pp_rank, tp_rank, ep_rank) under expert parallelism (the parts outside the experts are read from ep rank 0)."""
+    by_ep = {key if len(key) == 3 else (*key, 0): value for key, value in shards.items()}
+    ep_size = 1 + max(e for _, _, e in by_ep)
+    experts = {(p, t, e): by_ep[(p, t, e)] for p, t, e in by_ep}
+    shards = {(p, t): value for (p, t, e), value in by_ep.items() if e == 0}
     pp_size = 1 + max(p for p, _ in shards)
     tp_size = 1 + max(t for _, t in shards)
     hf: dict[str, torch.Tensor] = {}
@@ -167,6 +228,15 @@ def megatron_to_hf(shards: Mapping[tuple[int, int], Mapping[str, torch.Tensor]],
                 hf[attn + "k_norm.weight"] = gathered(pp, m + "self_attention.k_layernorm.weight")
             hf[h + "input_layernorm.weight"] = gathered(pp, m + "input_layernorm.weight")
             hf[h + "post_attention_layernorm.weight"] = gathered(pp, m + "pre_mlp_layernorm.weight")
+            if arch.is_moe:
+                hf[hf_router(arch, layer)] = gathered(pp, m + "mlp.router.weight")
+                for ep in range(ep_size):
+                    for local_expert, expert in enumerate(local_experts(arch, ep, ep_size)):
+                        mine = experts[(pp, 0, ep)]
+                        gate, up, down = hf_expert(arch, layer, expert)
+                        hf[gate], hf[up] = mine[m + MG_EXPERT.format(local_expert) + "linear_fc1.weight"].chunk(2, dim=0)
+                        hf[down] = mine[m + MG_EXPERT.format(local_expert) + "linear_fc2.weight"]
+                continue
             gate, up = unshard_fc1([shards[(pp, t)][m + "mlp.linear_fc1.weight"] for t in range(tp_size)])
             hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"] = gate, up
             hf[h + "mlp.down_proj.weight"] = gathered(pp, m + "mlp.linear_fc2.weight")
