@@ -21,6 +21,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--ep", type=int, default=1, help="expert parallelism (mixture-of-experts models), folded into dp")
     parser.add_argument("--dp-wrap", action="store_true", help="wrap in Megatron's DistributedDataParallel")
     parser.add_argument("--optimizer-step", action="store_true",
                         help="after the backward pass take one step of Megatron's distributed Adam and report the weights")
@@ -42,7 +43,8 @@ def main() -> None:
     from kuberl.engine.models.convert import hf_to_megatron, megatron_to_hf
     from kuberl.engine.training.megatron_model import build_gpt_model, causal_mask
 
-    ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp)
+    ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
+                                 expert_model_parallel_size=args.ep)
     model_parallel_cuda_manual_seed(1234)
     blob = torch.load(args.model, weights_only=False)
     if args.hf_folder:
@@ -53,9 +55,10 @@ def main() -> None:
         blob["state_dict"] = read_hf_state_dict(Path(args.hf_folder))
     arch = LlamaArch.from_hf_config(blob["hf_config"])
     tp_rank, pp_rank = ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank()
-    model = build_gpt_model(arch, tp=args.tp, pp=args.pp, pp_rank=pp_rank)
+    ep_rank = ps.get_expert_model_parallel_rank()
+    model = build_gpt_model(arch, tp=args.tp, pp=args.pp, pp_rank=pp_rank, ep=args.ep)
     missing, unexpected = model.load_state_dict(
-        hf_to_megatron(blob["state_dict"], arch, tp_rank, args.tp, pp_rank, args.pp), strict=False)
+        hf_to_megatron(blob["state_dict"], arch, tp_rank, args.tp, pp_rank, args.pp, ep_rank, args.ep), strict=False)
     assert not unexpected and all(k.endswith("_extra_state") for k in missing), (missing, unexpected)
 
     if args.dp_wrap or args.optimizer_step:
@@ -119,7 +122,7 @@ def main() -> None:
         # Report the stepped weights where the gradients were: the same gather and conversion.
         grads = {name: p.detach().clone() for name, p in module.named_parameters()}
         captured["grad_norm"] = float(grad_norm)
-    mine = {"pp": pp_rank, "tp": tp_rank, "dp": dp_rank, "grads": grads, "logits": captured.get("logits"),
+    mine = {"pp": pp_rank, "tp": tp_rank, "dp": dp_rank, "ep": ep_rank, "edp": ps.get_expert_data_parallel_rank(), "grads": grads, "logits": captured.get("logits"),
             "grad_norm": captured.get("grad_norm"),
             "loss": results[0]["loss"] if results else None}
     everything = [None] * args.world
@@ -129,12 +132,14 @@ def main() -> None:
         last = sorted((e for e in everything if e["logits"] is not None and e["tp"] == 0), key=lambda e: e["dp"])
         logits = torch.cat([e["logits"] for e in last], dim=1 if last[0]["logits"].shape[0] == seq else 0)
         loss = torch.stack([e["loss"] for e in last]).mean()
-        everything = [e for e in everything if e["dp"] == 0]  # DP replicas hold the same (averaged) gradients
-        shards = {(e["pp"], e["tp"]): e["grads"] for e in everything}
+        # DP replicas hold the same (averaged) gradients; under ep the experts differ between the DP ranks of an
+        # expert-parallel group: keep every (pp, tp, ep) shard of expert-data-parallel rank 0.
+        everything = [e for e in everything if (e["edp"] == 0 if args.ep > 1 else e["dp"] == 0)]
+        shards = {(e["pp"], e["tp"], e["ep"]): e["grads"] for e in everything}
         if arch.tie_word_embeddings and args.pp > 1:
             # Tied weights live on the first and the last stage; their gradients add up.
             for tp in range(args.tp):
-                shards[(0, tp)]["embedding.word_embeddings.weight"] += shards[(args.pp - 1, tp)].pop("output_layer.weight")
+                shards[(0, tp, 0)]["embedding.word_embeddings.weight"] += shards[(args.pp - 1, tp, 0)].pop("output_layer.weight")
         torch.save({"hf_grads": megatron_to_hf(shards, arch), "logits": logits, "loss": loss,
                     "grad_norm": everything[0]["grad_norm"]}, args.out)
     dist.barrier()
