@@ -146,6 +146,24 @@ def test_conversion_round_trip_is_exact(models, kind: str, pp: int, ep: int) -> 
     assert all(torch.equal(back[k], v) for k, v in blob["state_dict"].items())
 
 
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
+def test_exported_folder_loads_in_transformers(models, tmp_path: Path, kind: str) -> None:
+    """megatron_to_hf's names are the checkpoints': transformers loads the exported folder and computes the same logits."""
+    import json
+
+    import safetensors.torch
+
+    path, reference = models[kind]
+    blob = torch.load(path, weights_only=False)
+    arch = LlamaArch.from_hf_config(blob["hf_config"])
+    back = megatron_to_hf({(0, 0, e): hf_to_megatron(blob["state_dict"], arch, ep_rank=e, ep_size=2) for e in range(2)}, arch)
+    safetensors.torch.save_file({k: v.contiguous() for k, v in back.items()}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(blob["hf_config"]))
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    with torch.no_grad():
+        assert torch.equal(model(blob["input_ids"]).logits, reference["logits"])
+
+
 def test_expert_e_lives_on_ep_rank_e_over_experts_per_rank(models) -> None:
     blob = torch.load(models["mixtral"][0], weights_only=False)
     arch = LlamaArch.from_hf_config(blob["hf_config"])
