@@ -79,3 +79,18 @@ def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path
     assert split.returncode == 1 and "roles.actor.layout: tp=2 must divide the 1 key/value heads" in split.stderr, split.stderr
     (model / "config.json").write_text("[1, 2]")
     assert "cannot be read as a model's config" in validate().stderr
+
+
+def test_a_job_cannot_name_a_mixture_of_experts_model_yet() -> None:
+    from kuberl.engine.config.topology import EngineConfig
+    from kuberl.engine.models.support import check_model
+
+    config = EngineConfig.model_validate({
+        "job": "j", "worldSize": 1, "masterPort": 29500, "model": {"path": "/m"}, "data": {"train": {"path": "d.jsonl"}},
+        "algorithm": {"name": "grpo"}, "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1},
+        "roles": {"actor": {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}}})
+    moe = {**QWEN3_06B, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
+           "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
+    with pytest.raises(UnsupportedModel, match="mixture-of-experts model.*cannot run one yet"):
+        check_model(moe, config)
+    assert check_model(QWEN3_06B, config).qk_norm  # a dense Qwen3 passes

@@ -16,6 +16,10 @@ from .arch import LlamaArch, UnsupportedModel
 def check_model(hf_config: Mapping[str, Any], config: EngineConfig) -> LlamaArch:
     """The model's shape, if every role that loads it can split it its way; else UnsupportedModel naming the role."""
     arch = LlamaArch.from_hf_config(hf_config)
+    if arch.is_moe:
+        raise UnsupportedModel(f"{hf_config.get('model_type')} is a mixture-of-experts model: the engine's megatron-core "
+                               "layers train it, but a job cannot run one yet (the expert-parallel layout is not in the "
+                               "RLJob API and the switch into vLLM does not move experts)")
     for role, topo in config.roles.items():
         if role == "reward":  # a reward model is a model of its own (reward.model), read where it is loaded
             continue
