@@ -23,9 +23,9 @@ node-binaries: node-deps  ## build (once) and cache containerd, runc and CoreDNS
 images: node-deps kube-binaries  ## build the operator, CPU trainer and GPU trainer images with buildah (cached by a hash of their inputs; KUBERL_GPU_IMAGE=0: no GPU trainer)
 	bash scripts/images.sh
 
-push: images  ## push the images to $(REGISTRY) as kuberl-operator:VERSION, kuberl-trainer:VERSION (GPU) and kuberl-trainer:VERSION-cpu
+push: images  ## push the images to $(REGISTRY) as kuberl-operator:VERSION and kuberl-trainer:VERSION-cpu (GPU=1: also the GPU kuberl-trainer:VERSION)
 	@test -n "$(REGISTRY)" || { echo "make push needs REGISTRY, e.g. make push REGISTRY=registry.example.com/my-team" >&2; exit 2; }
-	bash scripts/push-images.sh $(REGISTRY)
+	PUSH_GPU=$(if $(filter 1,$(GPU)),1,0) bash scripts/push-images.sh $(REGISTRY)
 
 prometheus:  ## Debian's prometheus and promtool, unpacked once into ~/.cache/kuberl (the monitoring tests use them)
 	@# Not fatal here: without it the monitoring tests fail with the reason, and every other test still runs.

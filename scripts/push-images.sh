@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pushes the operator and trainer images that scripts/images.sh builds to a registry:
-#   REGISTRY/kuberl-operator:VERSION, REGISTRY/kuberl-trainer:VERSION-cpu and, where images.sh built it
-#   (KUBERL_GPU_IMAGE not 0), the GPU trainer REGISTRY/kuberl-trainer:VERSION
+#   REGISTRY/kuberl-operator:VERSION and REGISTRY/kuberl-trainer:VERSION-cpu, and with PUSH_GPU=1 (make push
+#   GPU=1) the GPU trainer REGISTRY/kuberl-trainer:VERSION too (about 10 GB: only for GPU nodes)
 # and prints those references, the values the chart's image.repository and trainerImage take.
 # Log in first if the registry needs it (`buildah login REGISTRY`, or podman's or docker's login:
 # buildah reads the same auth file). Settings:
@@ -31,7 +31,8 @@ trainer_ref=$registry/kuberl-trainer:$version-cpu
 push "$(local_ref OPERATOR)" "$operator_ref"
 push "$(local_ref TRAINER)" "$trainer_ref"
 printf 'OPERATOR_IMAGE=%s\nTRAINER_IMAGE=%s\n' "$operator_ref" "$trainer_ref"
-if [ -n "$(local_ref GPU_TRAINER)" ]; then
+if [ "${PUSH_GPU:-0}" = 1 ]; then
+  [ -n "$(local_ref GPU_TRAINER)" ] || { echo "push-images: PUSH_GPU=1, but images.sh built no GPU trainer (KUBERL_GPU_IMAGE=0?)" >&2; exit 1; }
   gpu_ref=$registry/kuberl-trainer:$version
   push "$(local_ref GPU_TRAINER)" "$gpu_ref"
   printf 'GPU_TRAINER_IMAGE=%s\n' "$gpu_ref"
