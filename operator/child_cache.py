@@ -33,6 +33,19 @@ RELIST_BACKOFF_SECONDS = (0.5, 30.0)
 Key = tuple[str, str]  # (namespace, name)
 
 
+GONE_SECONDS = 600.0
+"""How long the last state of a deleted object worth remembering is kept (a failed pod: its last words)."""
+GONE_PER_JOB = 16
+
+
+def _failed_pod(obj: dict[str, Any]) -> bool:
+    return (obj.get("status") or {}).get("phase") == "Failed"
+
+
+def _failed_job(obj: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Failed" and c.get("status") == "True" for c in (obj.get("status") or {}).get("conditions") or [])
+
+
 class _Expired(Exception):
     """The watch's resourceVersion is too old (410 Gone): list again."""
 
@@ -77,10 +90,12 @@ class Informer:
 
     def __init__(self, name: str, call: Callable[..., Any], on_change: Callable[[Key, str, dict], None],
                  lean: Callable[[dict], dict] = _lean, key_of: Callable[[dict], Key | None] = _job_key,
-                 selector: str | None = LABEL_JOB, optional: bool = False):
+                 selector: str | None = LABEL_JOB, optional: bool = False, keep_gone: Callable[[dict], bool] | None = None):
         """`key_of`: the job an object belongs to (None: not a job's); `selector`: the label selector of the
         list and watch; `optional`: the kind's API may be missing (a CRD not installed): then the informer
-        is synced with nothing, and lists again now and then."""
+        is synced with nothing, and lists again now and then; `keep_gone`: which deleted objects to remember, as the
+        watch last saw them, for GONE_SECONDS (a gang restart deletes the failed pod that a reconcile has not yet
+        read)."""
         self.name = name
         self._call = call
         self._on_change = on_change
@@ -89,6 +104,8 @@ class Informer:
         self._selector = selector
         self._optional = optional
         self._objects: dict[Key, dict[str, dict[str, Any]]] = {}
+        self._keep_gone = keep_gone
+        self._gone: dict[Key, dict[str, tuple[float, dict[str, Any]]]] = {}
         self._lock = threading.Lock()
         self.synced = threading.Event()
         """Set once the first list is in."""
@@ -104,6 +121,17 @@ class Informer:
     def objects(self, key: Key) -> list[dict[str, Any]]:
         with self._lock:
             return list(self._objects.get(key, {}).values())
+
+    def gone(self, key: Key) -> list[dict[str, Any]]:
+        """The remembered deleted objects of a job, newest last."""
+        now = time.monotonic()
+        with self._lock:
+            kept = {n: (t, o) for n, (t, o) in self._gone.get(key, {}).items() if now - t < GONE_SECONDS}
+            if kept:
+                self._gone[key] = kept
+            else:
+                self._gone.pop(key, None)
+            return [o for _, o in sorted(kept.values(), key=lambda item: item[0])]
 
     def add_if_missing(self, obj: dict[str, Any]) -> None:
         """An object we have just created, until the watch reports it (never over what the watch said)."""
@@ -187,6 +215,11 @@ class Informer:
                         objects.pop(name, None)
                         if not objects:
                             self._objects.pop(key, None)
+                        if self._keep_gone is not None and self._keep_gone(obj):
+                            gone = self._gone.setdefault(key, {})
+                            gone[name] = (time.monotonic(), self._lean(obj))
+                            for oldest in sorted(gone, key=lambda n: gone[n][0])[:-GONE_PER_JOB]:
+                                del gone[oldest]
                     else:
                         self._objects.setdefault(key, {})[name] = self._lean(obj)
                 self._on_change(key, kind, obj)
@@ -233,6 +266,10 @@ class ChildCache:
             if kind == "workloads":
                 # Not labelled by us: every Workload, kept by its JobSet (Kueue may not be installed at all).
                 options.update(key_of=_owning_jobset_key, selector=None, optional=True)
+            elif kind == "pods":
+                options.update(keep_gone=_failed_pod)
+            elif kind == "jobs":
+                options.update(keep_gone=_failed_job)
             self._informers[kind] = [
                 Informer(f"{kind}" + (f"/{ns}" if self.namespaces else ""), call, functools.partial(on_change, kind), **options)
                 for ns, call in zip(self.namespaces or ("",), self._calls[kind])
@@ -257,6 +294,10 @@ class ChildCache:
 
     def objects(self, kind: str, key: Key) -> list[dict[str, Any]]:
         return [o for informer in self._informers.get(kind, []) for o in informer.objects(key)]
+
+    def gone(self, kind: str, key: Key) -> list[dict[str, Any]]:
+        """Deleted objects of `kind` remembered for a while (failed pods and Jobs), as the watch last saw them."""
+        return [o for informer in self._informers.get(kind, []) for o in informer.gone(key)]
 
     def created(self, kind: str, obj: dict[str, Any]) -> None:
         for informer in self._informers.get(kind, []):

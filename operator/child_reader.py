@@ -44,8 +44,11 @@ class ChildReader:
         if self.children is not None:
             key = (namespace, name)
             found = self.children.objects("jobsets", key)
-            jobs = [j for j in self.children.objects("jobs", key) if LABEL_COMPONENT in j["metadata"].get("labels", {})]
-            return Observed(jobsets=found, jobs=jobs, pods=self.children.objects("pods", key),
+            every_job = self.children.objects("jobs", key)
+            jobs = [j for j in every_job if LABEL_COMPONENT in j["metadata"].get("labels", {})]
+            trainer_jobs = [j for j in every_job + self.children.gone("jobs", key) if LABEL_COMPONENT not in j["metadata"].get("labels", {})]
+            return Observed(jobsets=found, jobs=jobs, trainer_jobs=trainer_jobs, pods=self.children.objects("pods", key),
+                            gone_pods=self.children.gone("pods", key),
                             workloads=owned_by(self.children.objects("workloads", key), found),
                             progress=self.children.progress(key))
         selector = f"{LABEL_JOB}={name}"
@@ -57,9 +60,11 @@ class ChildReader:
         # runPolicy may change).
         jobs = (self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
                 if needs_initializer(job) else None)
+        trainer_jobs = self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},!{LABEL_COMPONENT}")
         found = jobsets.result()["items"]
         workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
-        return Observed(jobsets=found, jobs=jobs.result() if jobs is not None else [], pods=pods.result(),
+        return Observed(jobsets=found, jobs=jobs.result() if jobs is not None else [], trainer_jobs=trainer_jobs.result(),
+                        pods=pods.result(),
                         workloads=owned_by(workloads, found), progress=progress.result())
 
     @staticmethod

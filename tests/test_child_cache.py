@@ -49,3 +49,59 @@ def test_a_required_kind_that_is_not_served_is_never_synced() -> None:
         assert calls[0]["label_selector"] == "kuberl.dev/job"
     finally:
         informer.stop()
+
+
+class _Response:
+    """What the kubernetes client hands back with _preload_content=False: a list's body, or a watch's lines."""
+
+    def __init__(self, data: bytes = b"", lines: tuple[dict, ...] = ()):
+        self.data, self._lines = data, lines
+
+    def stream(self, amt=None, decode_content=False):
+        import json
+
+        for line in self._lines:
+            yield (json.dumps(line) + "\n").encode()
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def _pod(name: str, phase: str) -> dict:
+    return {"metadata": {"namespace": "team-a", "name": name, "resourceVersion": "2", "labels": {"kuberl.dev/job": "ppo"}},
+            "status": {"phase": phase, "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": "boom"}}}]}}
+
+
+def test_a_deleted_failed_pod_is_remembered_as_last_seen_and_a_healthy_one_is_not() -> None:
+    """A gang restart deletes the failed pod at once: the reconcile that reads how the attempt ended finds it."""
+    from kuberl.operator.child_cache import _failed_pod
+
+    watches: list[int] = []
+
+    def call(**kwargs):
+        if not kwargs.get("watch"):
+            return _Response(data=b'{"items": [], "metadata": {"resourceVersion": "1"}}')
+        watches.append(1)
+        if len(watches) > 1:
+            time.sleep(0.2)
+            return _Response()
+        return _Response(lines=({"type": "ADDED", "object": _pod("ppo-actor-0-0", "Running")},
+                                {"type": "ADDED", "object": _pod("ppo-actor-0-1", "Running")},
+                                {"type": "DELETED", "object": _pod("ppo-actor-0-1", "Failed")},
+                                {"type": "DELETED", "object": _pod("ppo-actor-0-0", "Running")}))
+
+    informer = Informer("pods", call, lambda *change: None, keep_gone=_failed_pod)
+    informer.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(watches) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        key = ("team-a", "ppo")
+        assert informer.objects(key) == []  # nothing live: both deleted
+        [gone] = informer.gone(key)
+        assert gone["metadata"]["name"] == "ppo-actor-0-1" and gone["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "boom"
+    finally:
+        informer.stop()

@@ -265,3 +265,24 @@ def test_only_the_newest_failed_attempts_are_kept() -> None:
     observed = Observed(jobsets=[jobset(restarts=21, before=0)], pods=[pod(0, restart=20, phase="Failed"), pod(0, restart=21, ready=False)])
     kept = decide(job, observed, NOW).status.failures
     assert len(kept) == MAX_FAILURES and kept[-1].attempt == 20 and kept[0].attempt == 1
+
+
+def job_of(role: str, restart: int = 0, failed: bool = True) -> dict:
+    conditions = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                   "message": "Job has reached the specified backoff limit"}] if failed else []
+    return {"metadata": {"name": f"dpo-smollm2-{role}-0", "creationTimestamp": "2026-11-29T11:00:00Z",
+                         "labels": {LABEL_ROLE: role, JOBSET_RESTART_LABEL: str(restart)}}, "status": {"conditions": conditions}}
+
+
+def test_a_pod_that_is_gone_is_named_by_its_roles_job_not_the_peers_stopped_after_it() -> None:
+    # The critic's pod was force-deleted: only the actor's pod, stopped after it (exit 143), is left to see.
+    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, phase="Failed", exit_code=143), pod(0, restart=1, ready=False)],
+                        trainer_jobs=[job_of("actor", failed=False), job_of("critic")])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.phase == "Restarting"
+    assert "a pod of role critic failed (its Job dpo-smollm2-critic-0: BackoffLimitExceeded" in d.message
+    [kept] = d.status.failures
+    assert (kept.attempt, kept.pod, kept.role, kept.reason) == (0, "", "critic", "PodLost")
+    # A pod that failed by itself, still there, is named before any Job.
+    observed.pods.append(pod(1, phase="Failed", exit_code=1))
+    assert "pod dpo-smollm2-actor-0-1-x (role actor) failed" in decide(demo(phase="Running"), observed, NOW).message

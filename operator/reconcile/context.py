@@ -18,6 +18,16 @@ class Observed:
     """The job's JobSet (normally one; a second while a deleted one is going away)."""
     jobs: list[dict[str, Any]] = field(default_factory=list)
     """batch Jobs of the job: its initializer (the trainers' Jobs are the JobSet's)."""
+    trainer_jobs: list[dict[str, Any]] = field(default_factory=list)
+    """The JobSet's Jobs, one per role (and failed ones deleted a moment ago): their Failed condition names the role
+    whose pod failed when the pod is gone."""
+    gone_pods: list[dict[str, Any]] = field(default_factory=list)
+    """Failed pods deleted a moment ago (a gang restart removes them), as last seen: read for how an attempt ended."""
+
+    @property
+    def failed_pods_too(self) -> list[dict[str, Any]]:
+        """The pods, and the failed ones already deleted: for naming what ended an attempt, never for counting."""
+        return self.pods + self.gone_pods
     pods: list[dict[str, Any]] = field(default_factory=list)
     workloads: list[dict[str, Any]] = field(default_factory=list)
     """Kueue's Workloads of the job's JobSet (none where the job is not queued or Kueue is absent)."""

@@ -4,7 +4,7 @@ restart cannot help, or after its last gang restart."""
 from __future__ import annotations
 
 from .context import Context, Decision, finish
-from .reading import condition, failed_pod, name, not_retryable, record_failure
+from .reading import condition, failed_pod, name, not_retryable, of_attempt, record_failure
 
 NOT_RETRIED = "not retried: a restart would fail the same way"
 
@@ -20,8 +20,8 @@ def outcome(ctx: Context) -> Decision | None:
     if failed is None:
         return None
     ctx.status.completion_time = ctx.now
-    record_failure(ctx.status, ctx.observed.pods, jobset, ctx.status.restarts)
-    permanent = not_retryable(ctx.observed.pods)
+    record_failure(ctx.status, ctx.observed.failed_pods_too, jobset, ctx.status.restarts, ctx.observed.trainer_jobs)
+    permanent = not_retryable(ctx.observed.failed_pods_too)
     if permanent is not None:
         pod, failure = permanent
         reason = failure.reason if failure is not None and not failure.retryable else "NotRetryable"
@@ -30,7 +30,8 @@ def outcome(ctx: Context) -> Decision | None:
         message = f"{said}; {NOT_RETRIED}"
         return finish(ctx, "Failed", reason, message, delete=(f"jobset/{name(jobset)}",), events=(("Warning", reason, message),))
     limit = ctx.job.spec.run_policy.backoff_limit
-    cause = failed_pod(ctx.observed.pods) or failed.get("message") or "a pod failed"
+    cause = (failed_pod(of_attempt(ctx.observed.failed_pods_too, jobset), of_attempt(ctx.observed.trainer_jobs, jobset))
+             or failed.get("message") or "a pod failed")
     message = f"{cause}; backoffLimit {limit} reached after {ctx.status.restarts} restart(s)"
     # Whatever still runs (a role whose Job had not failed) stops.
     return finish(ctx, "Failed", "BackoffLimitExceeded", message, delete=(f"jobset/{name(jobset)}",),

@@ -113,7 +113,8 @@ def _blame_order(pod: dict[str, Any]) -> tuple[int, str]:
     code = _exit_code(pod)
     if code == NOT_RETRYABLE_EXIT_CODE:
         return 0, name(pod)
-    if code is not None and 0 < code < 128:
+    ended = _terminated(pod)
+    if code is not None and (0 < code < 128 or (ended is not None and ended[1].get("reason") == "OOMKilled")):
         return 1, name(pod)
     return (2 if code is not None else 3), name(pod)
 
@@ -122,16 +123,47 @@ def _failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted((p for p in pods if p.get("status", {}).get("phase") == "Failed"), key=_blame_order)
 
 
-def failed_pod(pods: list[dict[str, Any]]) -> str | None:
-    """A sentence naming the failed pod that most likely started the failure, if any."""
-    for pod in _failed(pods):
-        role = pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
-        reason = termination(pod)
-        return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
+def of_attempt(objects: list[dict[str, Any]], jobset: dict[str, Any] | None, back: int = 0) -> list[dict[str, Any]]:
+    """The pods or Jobs of the JobSet's current attempt (`back` = 1: the one before it)."""
+    if jobset is None:
+        return objects
+    label = str(int(jobset.get("status", {}).get("restarts", 0) or 0) - back)
+    return [o for o in objects if o["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
+
+
+def failed_pod(pods: list[dict[str, Any]], trainer_jobs: list[dict[str, Any]] = ()) -> str | None:
+    """A sentence naming the failed pod that most likely started the failure, if any. A pod already gone (deleted,
+    its node lost) is found through its role's Job, which JobSet's restart has not yet removed: that is preferred
+    to a pod that the Job controller only stopped after it."""
+    failed = _failed(pods)
+    if failed and _blame_order(failed[0])[0] <= 1:
+        return _pod_sentence(failed[0])
+    lost = failed_role_job(trainer_jobs)
+    if lost is not None:
+        role, said = lost
+        return f"a pod of role {role} failed ({said})"
+    return _pod_sentence(failed[0]) if failed else None
+
+
+def _pod_sentence(pod: dict[str, Any]) -> str:
+    role = pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
+    reason = termination(pod)
+    return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
+
+
+def failed_role_job(trainer_jobs: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(role, what its Job says) of the first of the JobSet's Jobs that failed (a failed pod fails its Job at once:
+    the Job keeps the record when the pod itself is gone)."""
+    for job in sorted(trainer_jobs, key=lambda j: j["metadata"].get("creationTimestamp", "")):
+        failed = condition(job, "Failed")
+        if failed is not None:
+            role = job["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
+            return role, f"its Job {name(job)}: {failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
     return None
 
 
-def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict[str, Any], ended: int) -> None:
+def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict[str, Any], ended: int,
+                   trainer_jobs: list[dict[str, Any]] = ()) -> None:
     """Keep how the job's attempt number `ended` ended in the status (the newest MAX_FAILURES), once per attempt:
     the pod blamed for it and its last words, read before the gang restart takes the pods away. The pods carry
     JobSet's own count, which starts again with a JobSet made again after a suspension."""
@@ -140,6 +172,13 @@ def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict
     label = str(ended - _annotation(jobset, RESTARTS_BEFORE))
     attempt_pods = [p for p in pods if p["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
     failed = _failed(attempt_pods)
+    attempt_jobs = [j for j in trainer_jobs if j["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
+    lost = failed_role_job(attempt_jobs)
+    if lost is not None and not (failed and _blame_order(failed[0])[0] <= 1):
+        role, said = lost  # no pod that failed by itself is left to read: its role's Job says what happened
+        status.failures = [*status.failures, AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost",
+                                                            message=said[:4096])][-MAX_FAILURES:]
+        return
     if not failed:
         return
     pod = failed[0]

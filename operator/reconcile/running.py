@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .context import Context, Decision, finish
 from .deadline import seconds_left
-from .reading import failed_pod, record_failure
+from .reading import failed_pod, of_attempt, record_failure
 
 ACTIVE_SECONDS = 2.0
 RESYNC_SECONDS = 30.0
@@ -23,12 +23,13 @@ def running(ctx: Context) -> Decision:
     if ctx.jobset is not None:
         # Kept as soon as a pod of this attempt has failed: by the time JobSet counts the restart, it may have taken
         # the failed pod away already.
-        record_failure(ctx.status, ctx.observed.pods, ctx.jobset, ctx.status.restarts)
+        record_failure(ctx.status, ctx.observed.failed_pods_too, ctx.jobset, ctx.status.restarts, ctx.observed.trainer_jobs)
     if ctx.status.restarts > ctx.old.restarts:
         limit = ctx.job.spec.run_policy.backoff_limit
-        cause = failed_pod(ctx.observed.pods) or "a pod failed"
+        ended = (of_attempt(ctx.observed.failed_pods_too, ctx.jobset, back=1), of_attempt(ctx.observed.trainer_jobs, ctx.jobset, back=1))
+        cause = failed_pod(*ended) or "a pod failed"
         if ctx.jobset is not None:
-            record_failure(ctx.status, ctx.observed.pods, ctx.jobset, ctx.status.restarts - 1)
+            record_failure(ctx.status, ctx.observed.failed_pods_too, ctx.jobset, ctx.status.restarts - 1, ctx.observed.trainer_jobs)
         message = f"{cause}; restarting every role from the last checkpoint (restart {ctx.status.restarts} of {limit})"
         return finish(ctx, "Restarting", "PodFailed", message, requeue_after=ACTIVE_SECONDS,
                       events=(("Warning", "GangRestart", message),))

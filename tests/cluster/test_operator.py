@@ -212,6 +212,36 @@ def test_a_failed_pod_restarts_the_gang_and_backoff_limit_ends_it(control_plane,
     eventually(lambda: not live_pods(plane, ns, "gang"), 60, "the pods to go")
 
 
+def test_a_pod_gone_before_it_is_read_is_named_by_its_roles_job(control_plane, operator) -> None:
+    """A pod killed (exit 137) and removed at once, as a lost node's or a force-deleted pod is on a real node: its
+    role's Job, failed by it, names it in the restart and in status.failures. (A kwok pod deleted while running
+    vanishes with no terminal status, which the Job controller, under a podFailurePolicy, does not count as a
+    failure; a kubelet reports the killed container first.)"""
+    plane = control_plane
+    ns = new_namespace(plane, "pod-gone")
+    create(plane, ns, small_job("lost", runPolicy={"backoffLimit": 2}))
+    wait_phase(plane, ns, "lost", "Running")
+    [_, victim] = sorted(live_pods(plane, ns, "lost"), key=lambda p: p.metadata.name)
+    core = client.CoreV1Api(plane.api_client())
+    core.patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail",
+                                                                                      "kuberl.dev/kwok-exit-code": "137"}}})
+    # Once its Job has counted it (kwok's deletion drops the Job controller's finalizer, which a kubelet would not):
+    batch = client.BatchV1Api(plane.api_client())
+    eventually(lambda: any((j.status.failed or 0) > 0 for j in batch.list_namespaced_job(ns).items) or None, 30,
+               "the Job to count the failure")
+    try:
+        core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0)
+    except ApiException as exc:  # JobSet's restart may have removed it already
+        assert exc.status == 404, exc
+    s = wait_phase(plane, ns, "lost", "Running", 90, restarts=1)
+    [kept] = s["failures"]
+    assert (kept["attempt"], kept["role"]) == (0, "actor"), kept
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=lost").items
+    restart = [e.message for e in events if e.reason == "GangRestart"]
+    assert restart and ("a pod of role actor failed (its Job lost-actor-0" in restart[0]
+                        or f"pod {victim.metadata.name} (role actor) failed" in restart[0]), restart
+
+
 def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once(control_plane, operator) -> None:
     """The rank's exit code 3 fails its Job by the Job's podFailurePolicy, that fails the JobSet by its rule
     (no gang restart although backoffLimit allows one), and the RLJob says what the rank wrote."""
