@@ -291,6 +291,10 @@ class RLJobClient:
                                   "drop one of them, or make them agree")
         return named or self.namespace
 
+    def parse_live(self, raw: dict[str, Any]) -> RLJob:
+        """An RLJob as the API server returned it; InvalidJobError when this version of kuberl cannot read it."""
+        return self._parse_live(raw)
+
     def _parse_live(self, raw: dict[str, Any]) -> RLJob:
         meta = raw.get("metadata", {})
         try:

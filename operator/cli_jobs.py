@@ -171,12 +171,21 @@ def _list(args: argparse.Namespace) -> int:
     if args.output in ("yaml", "json"):
         print(dump(as_list(client.list_objects(all_namespaces=everywhere)["items"]), args.output))
         return 0
-    jobs = client.list(all_namespaces=everywhere)
-    if not jobs:
+    from kuberl.client import InvalidJobError
+
+    jobs, unreadable = [], []
+    for raw in client.list_objects(all_namespaces=everywhere)["items"]:
+        try:  # one job this version cannot read (another version's fields, a spec the CRD let by) hides no other
+            jobs.append(client.parse_live(raw))
+        except InvalidJobError:
+            unreadable.append(f"{raw['metadata'].get('namespace')}/{raw['metadata'].get('name')}")
+    if jobs:
+        print(list_table(jobs, namespaces=everywhere, wide=args.output == "wide"))
+    elif not unreadable:
         where = "any namespace" if everywhere else f"namespace {client.namespace}"
         print(f"No RLJobs in {where}.", file=sys.stderr)
-        return 0
-    print(list_table(jobs, namespaces=everywhere, wide=args.output == "wide"))
+    for name in unreadable:
+        print(f"warning: RLJob {name} cannot be read by this kuberl; -o yaml shows it as the API server has it", file=sys.stderr)
     return 0
 
 
@@ -232,8 +241,9 @@ def previous_attempt(job: RLJob, role: str | None = None) -> list[str]:
         return []
     last = failures[-1]
     code = "" if last.exit_code is None else f", exit code {last.exit_code}"
-    lines = [f"attempt {last.attempt} ended: pod {last.pod} (role {last.role}{code}, {last.reason})"]
-    return lines + [f"[{last.pod}] {line}" for line in last.message.splitlines()]
+    who = f"pod {last.pod}" if last.pod else "a pod that is gone"
+    lines = [f"attempt {last.attempt} ended: {who} (role {last.role}{code}, {last.reason})"]
+    return lines + [f"[{last.pod or last.role}] {line}" for line in last.message.splitlines()]
 
 
 def _logs(args: argparse.Namespace) -> int:
