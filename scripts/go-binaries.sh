@@ -37,5 +37,8 @@ build_one() {
 # finish: what was built, and the bin folder on stdout.
 finish() {
   log "built ${missing[*]} in $(( $(date +%s) - started )) s into $bin"
+  # The binaries are cached by version above; Go's own build cache (gigabytes after the Kubernetes builds) is
+  # not needed again, and a machine that builds the images next needs the room. KUBERL_KEEP_GOCACHE=1 keeps it.
+  [ -n "${KUBERL_KEEP_GOCACHE:-}" ] || go clean -cache >/dev/null 2>&1 || true
   echo "$bin"
 }
