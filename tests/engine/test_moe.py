@@ -226,8 +226,9 @@ def test_layouts_megatron_cannot_run_are_refused() -> None:
         dense.check_layout(1, 1, 2)
 
 
-def test_check_model_reads_moe_and_refuses_its_layouts_before_pods_start() -> None:
-    """What the initializer and `kuberl validate --local` run on a model's config.json, with a job's layouts."""
+def test_a_job_refuses_moe_before_pods_start_and_the_layout_check_names_tp() -> None:
+    """What the initializer and `kuberl validate --local` run on a model's config.json: a job cannot run an MoE model
+    yet (no expert layout in the API, no expert switch into vLLM); the layout rule for when it can is the arch's."""
     import yaml
 
     from kuberl.engine.models.support import check_model
@@ -236,10 +237,12 @@ def test_check_model_reads_moe_and_refuses_its_layouts_before_pods_start() -> No
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "grpo-smollm2-arith.yaml").read_text())
     raw = moe_config("mixtral").to_dict()
-    assert check_model(raw, engine_config(RLJob.model_validate(doc))).num_experts == 4
-    doc["spec"]["roles"]["actor"].update(replicas=1, gpusPerReplica=2, layout={"tp": 2, "pp": 1, "dp": 1, "rolloutTp": 1})
-    with pytest.raises(UnsupportedModel, match="roles.actor.layout: tp=2 is not supported for mixture-of-experts"):
+    with pytest.raises(UnsupportedModel, match="mixtral is a mixture-of-experts model.*cannot run one yet"):
         check_model(raw, engine_config(RLJob.model_validate(doc)))
+    arch = LlamaArch.from_hf_config(raw)
+    assert arch.num_experts == 4
+    with pytest.raises(UnsupportedModel, match="tp=2 is not supported for mixture-of-experts"):
+        arch.check_layout(2, 1)
 
 
 def test_the_vllm_switch_refuses_moe_until_it_moves_experts() -> None:
