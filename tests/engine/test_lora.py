@@ -25,6 +25,8 @@ from kuberl.engine.models.lora_layout import gather_adapter, init_pair, merged, 
 from kuberl.engine.models.arch import LlamaArch
 from kuberl.operator.ports import free_port
 
+from .rank_processes import wait_for_ranks
+
 WORKER = Path(__file__).parent / "workers" / "lora_check.py"
 LORA = {"rank": 4, "alpha": 8, "targetModules": ["q", "k", "v", "o", "gate", "up", "down"]}
 
@@ -55,14 +57,7 @@ def run_lora(model: Path, batch: Path, out: Path, tp: int, pp: int, dp: int, lor
                                "--tp", str(tp), "--pp", str(pp), "--model", str(model), "--batch", str(batch),
                                "--lora", json.dumps(lora), "--out", str(out)],
                               stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(world)]
-    for r, proc in enumerate(procs):
-        try:
-            code = proc.wait(timeout=400)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise AssertionError(f"rank {r} hung:\n{logs[r].read_text()[-3000:]}")
-        assert code == 0, f"rank {r} failed:\n{logs[r].read_text()[-3000:]}"
+    wait_for_ranks(procs, logs, timeout=400)
     return torch.load(out, weights_only=False)
 
 

@@ -18,6 +18,8 @@ from kuberl.engine.models.arch import LlamaArch
 from kuberl.operator.ports import free_port
 from kuberl.engine.models.convert import fuse_qkv, hf_to_megatron, megatron_to_hf, split_qkv
 
+from .rank_processes import wait_for_ranks
+
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
 LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 8192}
@@ -79,14 +81,7 @@ def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Pat
         )
         for r in range(world)
     ]
-    for r, proc in enumerate(procs):
-        try:
-            code = proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise AssertionError(f"rank {r} hung:\n{logs[r].read_text()[-3000:]}")
-        assert code == 0, f"rank {r} failed:\n{logs[r].read_text()[-3000:]}"
+    wait_for_ranks(procs, logs)
     return torch.load(out, weights_only=False)
 
 

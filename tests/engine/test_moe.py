@@ -19,6 +19,8 @@ from kuberl.engine.models.arch import LlamaArch, UnsupportedModel
 from kuberl.engine.models.convert import hf_to_megatron, megatron_to_hf, unfuse_hf_experts
 from kuberl.operator.ports import free_port
 
+from .rank_processes import wait_for_ranks
+
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
 COMMON = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
               max_position_embeddings=64, rms_norm_eps=1e-5, num_experts_per_tok=2)
@@ -73,14 +75,7 @@ def run_layout(model: Path, out: Path, ep: int) -> dict:
     procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(ep), "--port", str(port),
                                "--ep", str(ep), *extra, "--model", str(model), "--out", str(out)],
                               stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(ep)]
-    for r, proc in enumerate(procs):
-        try:
-            code = proc.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise AssertionError(f"rank {r} hung:\n{logs[r].read_text()[-3000:]}")
-        assert code == 0, f"rank {r} failed:\n{logs[r].read_text()[-3000:]}"
+    wait_for_ranks(procs, logs)
     return torch.load(out, weights_only=False)
 
 
