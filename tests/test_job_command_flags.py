@@ -21,21 +21,13 @@ from kuberl.operator.cli_jobs import list_table, plugin_parser, status_text
 from kuberl.operator.cli_output import as_list, dump, reason
 from kuberl.operator.manifest import ManifestError, read_documents, read_manifest
 from kuberl.operator.testing.rljobs import small_job
-from kuberl.operator.api import RLJob
 from kuberl.operator.yaml_reader import MAX_FILE_BYTES
+
+from .rljob_objects import job
 
 BIN = Path(sys.executable).parent
 
 
-def job(**status: object) -> RLJob:
-    return RLJob.model_validate({
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob",
-        "metadata": {"name": "demo", "namespace": "rl", "creationTimestamp": "2030-01-01T00:00:00Z"},
-        "spec": {"model": {"path": "/m"}, "data": {"train": {"path": "/d.jsonl"}}, "algorithm": {"name": "grpo"},
-                 "rollout": {"samplesPerPrompt": 4}, "reward": {"rules": [{"name": "math_answer"}]},
-                 "roles": {"actor": {"replicas": 2}}, "trainer": {"totalSteps": 40}},
-        **({"status": status} if status else {}),
-    })
 
 
 def run(*argv: str | Path, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from kuberl.client.logs import lines_of, merged, pod_ranks, select_pods
-from kuberl.operator.api import RLJob
 from kuberl.operator.cli import build_parser
 from kuberl.operator.cli_jobs import JOB_COMMANDS, age, duration, list_table, plugin_parser, seconds, status_text
+
+from .rljob_objects import job
 
 
 def test_durations_read_like_kubectl() -> None:
@@ -56,15 +57,6 @@ def test_a_command_without_a_cluster_fails_in_one_line(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout, result.stderr) == (1, "", f"error: no kubeconfig at {tmp_path / 'none'}\n")
 
 
-def job(**status) -> RLJob:
-    return RLJob.model_validate({
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob",
-        "metadata": {"name": "demo", "namespace": "rl", "creationTimestamp": "2030-01-01T00:00:00Z"},
-        "spec": {"model": {"path": "/m"}, "data": {"train": {"path": "/d.jsonl"}}, "algorithm": {"name": "grpo"},
-                 "rollout": {"samplesPerPrompt": 4}, "reward": {"rules": [{"name": "math_answer"}]},
-                 "roles": {"actor": {"replicas": 2}}, "trainer": {"totalSteps": 40}},
-        **({"status": status} if status else {}),
-    })
 
 
 def test_status_and_list_show_what_the_status_holds() -> None:
