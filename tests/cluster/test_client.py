@@ -48,6 +48,15 @@ def kuberl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.Com
     return run(VENV_BIN / "kuberl", *args, "--kubeconfig", kubeconfig, timeout=timeout)
 
 
+def service_account_kubeconfig(plane, namespace: str, name: str, path: Path) -> Path:
+    """A kubeconfig of a new ServiceAccount of `namespace`: a user with only the rights a test then grants it."""
+    core = client.CoreV1Api(plane.api_client())
+    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    token = core.create_namespaced_service_account_token(
+        name, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
+    return plane.kubeconfig_for_token(token, path)
+
+
 def one_line_error(result: subprocess.CompletedProcess) -> str:
     """A failed command: exit 1, nothing on stdout, one line on stderr and no traceback."""
     assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
@@ -247,11 +256,7 @@ def test_namespace_and_context_choose_where(control_plane, operator, kubeconfig,
 
 
 def test_a_user_rbac_refuses_gets_one_line(control_plane, rljob_crd, ns, tmp_path) -> None:
-    core = client.CoreV1Api(control_plane.api_client())
-    core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="outsider")))
-    token = core.create_namespaced_service_account_token(
-        "outsider", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
-    config = control_plane.kubeconfig_for_token(token, tmp_path / "outsider.kubeconfig")
+    config = service_account_kubeconfig(control_plane, ns, "outsider", tmp_path / "outsider.kubeconfig")
     refused = f"your user may not list rljobs in namespace {ns} (user system:serviceaccount:{ns}:outsider)"
     with pytest.raises(ForbiddenError, match=f"^{re.escape(refused)}: ask your cluster admin"):
         RLJobClient(kubeconfig=config, namespace=ns).list()
@@ -268,17 +273,13 @@ def test_the_role_the_docs_give_a_user_is_enough(control_plane, operator, ns, tm
     page = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     [role] = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page, flags=re.S) if "kind: Role" in b]
     role["metadata"]["namespace"] = ns
-    admin = control_plane.api_client()
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
+    rbac = client.RbacAuthorizationV1Api(control_plane.api_client())
     rbac.create_namespaced_role(ns, role)
-    core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="member")))
     rbac.create_namespaced_role_binding(ns, {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "member"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
         "subjects": [{"kind": "ServiceAccount", "name": "member", "namespace": ns}]})
-    token = core.create_namespaced_service_account_token(
-        "member", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
-    member = RLJobClient(kubeconfig=control_plane.kubeconfig_for_token(token, tmp_path / "member.kubeconfig"), namespace=ns)
+    member = RLJobClient(kubeconfig=service_account_kubeconfig(control_plane, ns, "member", tmp_path / "member.kubeconfig"), namespace=ns)
     def allowed() -> bool:  # the binding may take a moment to reach the authorizer
         try:
             member.list()
@@ -402,11 +403,7 @@ def test_all_namespaces_and_the_output_formats(control_plane, operator, kubeconf
 
 
 def test_a_user_who_may_not_list_everywhere_gets_one_line(control_plane, rljob_crd, ns, tmp_path) -> None:
-    core = client.CoreV1Api(control_plane.api_client())
-    core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="local")))
-    token = core.create_namespaced_service_account_token(
-        "local", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
-    config = control_plane.kubeconfig_for_token(token, tmp_path / "local.kubeconfig")
+    config = service_account_kubeconfig(control_plane, ns, "local", tmp_path / "local.kubeconfig")
     assert one_line_error(kuberl(config, "list", "-A")) == ("error: your user may not list rljobs across all namespaces (user "
         f"system:serviceaccount:{ns}:local): ask your cluster admin for a ClusterRole that grants it, or name a namespace (-n)")
     # version: the Deployments of kuberl-system are not the user's to list either: said, not an error.
