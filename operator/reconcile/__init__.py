@@ -36,7 +36,7 @@ from .deadline import deadline
 from .finished import TERMINAL, finished
 from .initialization import initialization, is_initializer
 from .outcome import outcome
-from .reading import apply_progress, current_pods, evictions, restarts, role_counts
+from .reading import apply_progress, evictions, of_attempt, restarts, role_counts
 from .running import running
 from .sandbox import sandbox_deletions
 from .suspension import suspension
@@ -55,7 +55,7 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
     jobset = live[0] if live else None
     pods = [p for p in observed.pods if not is_initializer(p)]
     if jobset is not None:
-        pods = current_pods(pods, jobset)
+        pods = of_attempt(pods, jobset)
         status.restarts = max(status.restarts, restarts(jobset))
         status.preemptions = max(status.preemptions, evictions(observed.workloads, jobset))
     status.roles = role_counts(pods)

@@ -7,8 +7,7 @@ from typing import Any
 from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TrainerFailure, read_failure
 
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
-from ..api.status import MAX_FAILURES, AttemptFailure
-from ..api.status import progress_percent
+from ..api.status import MAX_FAILURES, AttemptFailure, progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
 from .progress_bounds import check_report
 
@@ -39,12 +38,6 @@ def restarts(jobset: dict[str, Any]) -> int:
 
 def suspended(jobset: dict[str, Any]) -> bool:
     return bool(jobset.get("spec", {}).get("suspend"))
-
-
-def current_pods(pods: list[dict[str, Any]], jobset: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pods of the JobSet's current restart attempt."""
-    attempt = str(int(jobset.get("status", {}).get("restarts", 0) or 0))
-    return [p for p in pods if p["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == attempt]
 
 
 # --- pods -------------------------------------------------------------------------------------------
@@ -119,12 +112,18 @@ def _blame_order(pod: dict[str, Any]) -> tuple[int, str]:
     return (2 if code is not None else 3), name(pod)
 
 
+def _failed_by_itself(pod: dict[str, Any]) -> bool:
+    """Not stopped by the Job controller after a peer's loss: a rank that said a restart cannot help, or that failed."""
+    return _blame_order(pod)[0] <= 1
+
+
 def _failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted((p for p in pods if p.get("status", {}).get("phase") == "Failed"), key=_blame_order)
 
 
 def of_attempt(objects: list[dict[str, Any]], jobset: dict[str, Any] | None, back: int = 0) -> list[dict[str, Any]]:
-    """The pods or Jobs of the JobSet's current attempt (`back` = 1: the one before it)."""
+    """The pods or Jobs of the JobSet's current restart attempt (`back` = 1: the one before it); all of them when
+    there is no JobSet."""
     if jobset is None:
         return objects
     label = str(int(jobset.get("status", {}).get("restarts", 0) or 0) - back)
@@ -136,7 +135,7 @@ def failed_pod(pods: list[dict[str, Any]], trainer_jobs: list[dict[str, Any]] = 
     its node lost) is found through its role's Job, which JobSet's restart has not yet removed: that is preferred
     to a pod that the Job controller only stopped after it."""
     failed = _failed(pods)
-    if failed and _blame_order(failed[0])[0] <= 1:
+    if failed and _failed_by_itself(failed[0]):
         return _pod_sentence(failed[0])
     lost = failed_role_job(trainer_jobs)
     if lost is not None:
@@ -174,7 +173,7 @@ def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict
     failed = _failed(attempt_pods)
     attempt_jobs = [j for j in trainer_jobs if j["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
     lost = failed_role_job(attempt_jobs)
-    if lost is not None and not (failed and _blame_order(failed[0])[0] <= 1):
+    if lost is not None and not (failed and _failed_by_itself(failed[0])):
         role, said = lost  # no pod that failed by itself is left to read: its role's Job says what happened
         status.failures = [*status.failures, AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost",
                                                             message=said[:4096])][-MAX_FAILURES:]
