@@ -5,21 +5,17 @@ The ranks check the same when they build the model; said here, it is said before
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .api import RLJob
 from .problems import Problem
-
-MAX_CONFIG_BYTES = 1 << 20
-"""A model's config.json is a few kilobytes; anything larger is not one."""
 
 
 def local_model_problems(job: RLJob, source: str, base_dir: Path) -> list[Problem]:
     """The model folder's config.json against the engine's families and the job's layouts, where the folder is
     here to read (a missing one is the run's to name: `kuberl run` may be meant for another machine)."""
     from kuberl.engine.models.arch import UnsupportedModel  # no torch: the operator image can run this
-    from kuberl.engine.models.support import check_model
+    from kuberl.engine.models.support import check_model, read_model_config
 
     from .planner import engine_config
 
@@ -32,13 +28,8 @@ def local_model_problems(job: RLJob, source: str, base_dir: Path) -> list[Proble
     if not config_file.is_file():
         return []
     where = "spec.model.path"
-    if config_file.stat().st_size > MAX_CONFIG_BYTES:
-        return [Problem(source, where, f"{config_file} is larger than {MAX_CONFIG_BYTES} bytes: not a model's config.json")]
     try:
-        hf_config = json.loads(config_file.read_text())
-        if not isinstance(hf_config, dict):
-            raise ValueError("not a JSON object")
-        check_model(hf_config, engine_config(job))
+        check_model(read_model_config(config_file), engine_config(job))
     except UnsupportedModel as exc:
         return [Problem(source, where, f"{folder}: {exc}")]
     except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:

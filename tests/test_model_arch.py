@@ -79,6 +79,8 @@ def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path
     assert split.returncode == 1 and "roles.actor.layout: tp=2 must divide the 1 key/value heads" in split.stderr, split.stderr
     (model / "config.json").write_text("[1, 2]")
     assert "cannot be read as a model's config" in validate().stderr
+    (model / "config.json").write_text(" " * (2 << 20) + "{}")  # a hostile size is refused before it is parsed
+    assert "larger than 1048576 bytes: not a model's config.json" in validate().stderr
 
 
 def test_a_job_cannot_name_a_mixture_of_experts_model_yet() -> None:

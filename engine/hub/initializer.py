@@ -79,18 +79,16 @@ def initialize(config: EngineConfig, hub: Hub) -> InitializationReport:
 def _refused_model(repo: FetchedRepo, config: EngineConfig, hub: Hub) -> str | None:
     """Why the engine cannot train the model just fetched as the job lays it out, read from its config.json
     in the cache: said now, before any trainer pod starts and loads it."""
-    import json
-
     from huggingface_hub import try_to_load_from_cache
 
     from ..models.arch import UnsupportedModel
-    from ..models.support import check_model
+    from ..models.support import check_model, read_model_config
 
     path = try_to_load_from_cache(repo.repo, "config.json", cache_dir=hub.cache_dir, revision=repo.commit)
     if not isinstance(path, str):
         return f"model.hubId {repo.repo}@{repo.commit[:12]} has no config.json: it is not a Hugging Face model folder"
     try:
-        check_model(json.loads(Path(path).read_text()), config)
+        check_model(read_model_config(Path(path)), config)
     except UnsupportedModel as exc:
         return f"model.hubId {repo.repo}: {exc}"
     except (ValueError, TypeError, KeyError) as exc:

@@ -7,10 +7,26 @@ download or load anything; the ranks check the same again when they build the mo
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..config.topology import EngineConfig
 from .arch import LlamaArch, UnsupportedModel
+
+
+MAX_CONFIG_BYTES = 1 << 20
+"""A model's config.json is a few kilobytes; anything larger is not one (and is not read whole)."""
+
+
+def read_model_config(path: Path) -> dict[str, Any]:
+    """A model folder's config.json as a dict; ValueError saying why for anything else."""
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes: not a model's config.json")
+    config = json.loads(path.read_text())
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return config
 
 
 def check_model(hf_config: Mapping[str, Any], config: EngineConfig) -> LlamaArch:
