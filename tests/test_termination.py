@@ -88,3 +88,18 @@ def test_the_collective_timeout_is_the_jobs_unless_kuberl_run_overrides_it() -> 
     assert collective_timeout_s({"KUBERL_TIMEOUT_S": "soon"}, 1800) == 1800
     with pytest.raises(ValueError, match="greater than or equal to 30"):
         TrainerSpec(total_steps=1, collective_timeout_seconds=5)
+
+
+def test_running_out_of_memory_while_a_model_loads_fails_the_job_at_once() -> None:
+    import torch
+
+    from kuberl.engine.runtime.load_memory import OutOfMemoryAtLoad, loading
+
+    with pytest.raises(OutOfMemoryAtLoad, match=r"roles\.critic: .*ran out of memory while it loaded.*roles\.critic\.layout") as caught:
+        with loading("critic"):
+            torch.empty(1 << 50, dtype=torch.uint8)  # a petabyte: the real CPU allocator refuses it
+    failure = failure_of(caught.value, "critic", 0)
+    assert (failure.reason, failure.retryable) == ("OutOfMemoryAtLoad", False)
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # any other error while loading passes through as it was
+        with loading("actor"):
+            raise RuntimeError("shape mismatch")

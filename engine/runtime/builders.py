@@ -31,6 +31,7 @@ from ..training.packing import layout_options
 from ..training.policy import MegatronLM, ModelPlace
 from . import lora_run, multi_turn_run
 from .checks import ConfigError
+from .load_memory import loading
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -79,8 +80,9 @@ def build_tokenizer(config: EngineConfig, files: ModelFiles, base_dir: Path) -> 
 def build_actor(config: EngineConfig, files: ModelFiles, hf_state: Mapping[str, torch.Tensor]) -> MegatronLM:
     """The policy that trains: with an optimizer, and with adapters when the job trains LoRA."""
     trainer = config.trainer
-    return MegatronLM(files.arch, hf_state, dtype=files.dtype, optimizer=trainer.optimizer, logit_temperature=files.temperature,
-                      lora=trainer.lora, lora_seed=trainer.seed, **files.layout)
+    with loading("actor"):
+        return MegatronLM(files.arch, hf_state, dtype=files.dtype, optimizer=trainer.optimizer, logit_temperature=files.temperature,
+                          lora=trainer.lora, lora_seed=trainer.seed, **files.layout)
 
 
 def build_reference(config: EngineConfig, files: ModelFiles, hf_state: Mapping[str, torch.Tensor],
@@ -90,12 +92,14 @@ def build_reference(config: EngineConfig, files: ModelFiles, hf_state: Mapping[s
     if config.trainer.lora is not None:
         assert actor is not None, "a LoRA job's reference is its actor's base"
         return AdapterOff(actor)
-    return MegatronLM(files.arch, hf_state, dtype=files.dtype, logit_temperature=files.temperature, **files.layout)
+    with loading("ref"):
+        return MegatronLM(files.arch, hf_state, dtype=files.dtype, logit_temperature=files.temperature, **files.layout)
 
 
 def build_critic(config: EngineConfig, files: ModelFiles, hf_state: Mapping[str, torch.Tensor]) -> MegatronLM:
     """The value model: the policy's weights under a value head, with an optimizer of its own."""
-    return MegatronLM(files.arch, hf_state, dtype=files.dtype, optimizer=config.trainer.optimizer, value_head=True, **files.layout)
+    with loading("critic"):
+        return MegatronLM(files.arch, hf_state, dtype=files.dtype, optimizer=config.trainer.optimizer, value_head=True, **files.layout)
 
 
 def build_rewarder(config: EngineConfig, base_dir: Path, links: Mapping[str, RoleLink]) -> Rewarder | None:
