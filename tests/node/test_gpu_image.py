@@ -2,7 +2,7 @@
 wheels from PyPI, no CUDA base image), smoke-tested on this GPU-less machine: inside it, as its own user,
 `kuberl worker --check` finds every GPU code path (torch's CUDA build, cuDNN, NCCL, megatron-core, vLLM's CUDA
 build and every kernel library, the driver's own libraries aside) and says that no GPU is present. What runs on
-a GPU (NCCL, vLLM's GPU executor, sleep mode) is bench/gpu_check.py's, where a GPU is lent."""
+a GPU (NCCL, vLLM's GPU executor, sleep mode) is `kuberl gpu-check`'s, in the image too, run where a GPU is lent."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ def test_the_gpu_image_has_every_gpu_code_path_and_says_no_gpu_is_here(built_ima
         # network; the check opens no connection).
         run = buildah("run", "--isolation", "chroot", "--user", "10001:10001", container, "--",
                       "kuberl", "worker", "--check")
+        # The GPU path's own check ships in the image too: here, with no GPU, it says so and fails.
+        gpu_check = buildah("run", "--isolation", "chroot", "--user", "10001:10001", container, "--", "kuberl", "gpu-check")
     finally:
         buildah("rm", container)
     lines = run.stdout.splitlines()
@@ -43,3 +45,4 @@ def test_the_gpu_image_has_every_gpu_code_path_and_says_no_gpu_is_here(built_ima
     assert any(line.startswith("ok   vllm: vllm ") and "CUDA build" in line for line in lines), run.stdout
     assert "---  no GPU present (no NVIDIA driver is mounted)" in run.stdout
     assert lines[-1] == "every GPU code path is installed"
+    assert gpu_check.returncode == 1 and '"error": "no CUDA device' in gpu_check.stdout, gpu_check.stdout + gpu_check.stderr[-3000:]
