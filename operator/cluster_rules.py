@@ -98,6 +98,10 @@ def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
     `policy`: what the chart allows beyond the admission defaults (None: leave the allow-lists to the
     cluster, whose admission policy and operator know its chart's values, as `kuberl submit` does)."""
     spec = job.spec
+    if spec.rollout is not None and spec.rollout.placement == "separate":
+        # Said alone: the rest (mounts, allow-lists) is about pods the operator would not make.
+        return [Problem(source, "spec.rollout.placement", "separate placement runs under `kuberl run` only for now: "
+                        "the operator cannot start a rollout role on a cluster yet; use placement: colocated")]
     problems: list[Problem] = admission_problems(job, source, policy) if policy is not None else []
     if spec.image is None and default_image is None:
         problems.append(Problem(source, "spec.image", "no trainer image: set spec.image, or install the operator with "

@@ -24,7 +24,7 @@ from .algorithm_rules import (
 from .base import LocalPath, Rule, SpecModel, pattern
 from .options import option_manifest_name, option_python_name
 
-__all__ = ["AdvantageChoice", "AlgorithmName", "AlgorithmSpec", "PRESET_ADVANTAGE", "PRESET_STEP", "PluginFile", "PolicyLossChoice",
+__all__ = ["AdvantageChoice", "AlgorithmName", "AsyncSpec", "AlgorithmSpec", "PRESET_ADVANTAGE", "PRESET_STEP", "PluginFile", "PolicyLossChoice",
            "StepChoice", "TISSpec", "group_baseline_cel", "needs_critic_cel", "option_manifest_name", "option_python_name"]
 
 AlgorithmName = catalog.AlgorithmName
@@ -82,6 +82,28 @@ class TISSpec(SpecModel):
     would down-weight every token the trainer likes more than vLLM did)."""
 
 
+class AsyncSpec(SpecModel):
+    """Generation ahead of training (rollout.placement: separate): how far the batches may lag the policy."""
+
+    max_staleness: int = Field(ge=0, le=64)
+    """The most policy versions (updates) a batch's oldest token may be behind the policy it trains:
+    0 generates each batch with the current weights (the synchronous run, exactly); N generates up to
+    N batches ahead, while the trainer updates. At most 64: further behind, the samples say little
+    about the policy that learns from them."""
+    partial_rollout: bool = False
+    """Continue generations in flight under newly arrived weights (not supported yet: must be false)."""
+
+    RULES = (
+        Rule(
+            message="partialRollout is not supported yet: a generation finishes under the weights it started with; "
+            "set partialRollout: false",
+            check=lambda s: not s.partial_rollout,
+            cel="!has(self.partialRollout) || !self.partialRollout",
+            field="partialRollout",
+        ),
+    )
+
+
 class StepChoice(SpecModel):
     """A step function by its registered name: built-in (on_policy, dynamic_sampling, dpo) or a plug-in's."""
 
@@ -137,6 +159,9 @@ class AlgorithmSpec(catalog.PresetBlocks):
     topK is set (vLLM's are then of the truncated distribution), rollout otherwise."""
     tis: TISSpec | None = None
     """Weigh each sampled token by min(pi_train / pi_rollout, cap): needs the recomputed log-probs."""
+    async_: AsyncSpec | None = Field(default=None, alias="async")
+    """Generate on roles.rollout ahead of the update, at most maxStaleness versions behind (needs
+    rollout.placement: separate); leave out for generation in step with training."""
 
     RULES = ALGORITHM_RULES
 

@@ -15,6 +15,10 @@ class RolloutSpec(SpecModel):
 
     backend: Literal["vllm", "hf"] = "vllm"
     """vllm (the fast path), or hf: Hugging Face generate, slow, for debugging."""
+    placement: Literal["colocated", "separate"] = "colocated"
+    """colocated: the actor generates on its own ranks between updates (the hybrid engine). separate:
+    roles.rollout's ranks generate, the actor's only train, and weights stream to them after every
+    update; needed by algorithm.async (docs/async.md)."""
     samples_per_prompt: int = Field(default=1, ge=1, le=1024)
     """Responses sampled per prompt; grpo and rloo need at least 2."""
     max_new_tokens: int = Field(default=256, ge=1, le=1_048_576)

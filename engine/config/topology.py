@@ -20,7 +20,7 @@ from .rollout import RolloutSpec
 from .tracking import TrackingSpec
 from .trainer import TrainerSpec
 
-EngineRoleName = Literal["actor", "critic", "ref", "reward"]
+EngineRoleName = Literal["actor", "critic", "ref", "reward", "rollout"]
 
 
 class RoleTopology(SpecModel):
@@ -71,6 +71,17 @@ class EngineConfig(SpecModel):
             for rank in range(topo.rank_offset, min(self.world_size, topo.rank_offset + topo.ranks)):
                 roles[rank] = name
         return roles
+
+
+def separate_rollout(config: EngineConfig) -> bool:
+    """Whether roles.rollout generates on ranks of its own (rollout.placement: separate)."""
+    return config.rollout is not None and config.rollout.placement == "separate" and "rollout" in config.roles
+
+
+def max_staleness(config: EngineConfig) -> int:
+    """How many policy versions a batch may lag (algorithm.async.maxStaleness; 0 without async)."""
+    spec = config.algorithm.async_
+    return spec.max_staleness if spec is not None else 0
 
 
 def policy_temperature(config: EngineConfig) -> float:

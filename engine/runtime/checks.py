@@ -13,6 +13,12 @@ from .plugins import load_plugins
 __all__ = ["ConfigError", "check_supported"]
 
 
+def check_placement(config: EngineConfig) -> None:
+    """rollout.placement: separate and algorithm.async: what the engine runs of them."""
+    if config.rollout is not None and config.rollout.placement == "separate":
+        raise ConfigError("rollout.placement: separate is not supported by this engine yet; use placement: colocated")
+
+
 def check_supported(config: EngineConfig) -> None:
     """Refuse what cannot run, with the field named. Loads the job's algorithm plug-ins first, so
     that their estimators, losses, steps and presets are known."""
@@ -37,6 +43,7 @@ def check_supported(config: EngineConfig) -> None:
         if role == "reward" and topo.colocated_with is None and (topo.layout.tp, topo.layout.pp) != (1, 1):
             raise ConfigError(f"roles.reward.layout: a reward model runs data-parallel only (tp=1, pp=1), not "
                               f"tp={topo.layout.tp}, pp={topo.layout.pp}")
+    check_placement(config)
     actor = config.roles["actor"]
     if actor.layout.tp % actor.rollout_tp:
         raise ConfigError(f"roles.actor.layout.rolloutTp: {actor.rollout_tp} must divide the actor's tp={actor.layout.tp}")

@@ -13,8 +13,8 @@ from .kube_types import Affinity
 from .pods import PodTemplate
 
 GPU_RESOURCE = "nvidia.com/gpu"
-RoleName = Literal["actor", "critic", "ref", "reward"]
-ROLE_NAMES: tuple[RoleName, ...] = ("actor", "critic", "ref", "reward")
+RoleName = Literal["actor", "critic", "ref", "reward", "rollout"]
+ROLE_NAMES: tuple[RoleName, ...] = ("actor", "critic", "ref", "reward", "rollout")
 
 def _over_limit(s: "ResourceRequirements") -> list[str]:
     return [
@@ -168,6 +168,32 @@ class RoleSpec(PodGroupSpec):
     )
 
 
+class RolloutRoleSpec(SpecModel):
+    """The generation fleet of rollout.placement: separate: ranks of their own, each a vLLM engine."""
+
+    replicas: int | None = Field(default=None, ge=1, le=4096)
+    """Pods of this role (default 1)."""
+    gpus_per_replica: int | None = Field(default=None, ge=0, le=16)
+    """GPUs per pod (default 0: CPU). A pod runs one rank per GPU, or one rank without GPUs."""
+    layout: ParallelLayout | None = None
+    """dp: the vLLM engines, one per rank (tp*pp*dp must equal the role's ranks; tp and pp 1 for now)."""
+
+    RULES = (
+        _layout_matches_ranks("", lambda s: False),
+        Rule(
+            message="tensor- or pipeline-parallel rollout engines are not supported yet with separate placement: "
+            "set layout tp: 1, pp: 1 (one vLLM engine per rank)",
+            check=lambda s: s.layout is None or (s.layout.tp, s.layout.pp) == (1, 1),
+            cel="!has(self.layout) || (self.layout.tp == 1 && self.layout.pp == 1)",
+            field="layout",
+        ),
+    )
+
+    @property
+    def own_ranks(self) -> int:
+        return (self.replicas or 1) * max(1, self.gpus_per_replica or 0)
+
+
 class Roles(SpecModel):
     """The job's roles. The actor is always there; the others as the algorithm needs them."""
 
@@ -179,6 +205,8 @@ class Roles(SpecModel):
     """The reference policy, for a KL term (algorithm.klCoef > 0) and for dpo."""
     reward: RoleSpec | None = None
     """A reward model (reward.model)."""
+    rollout: RolloutRoleSpec | None = None
+    """The generation fleet of rollout.placement: separate (`kuberl run` only, for now)."""
 
     RULES = (
         *(
@@ -200,7 +228,7 @@ class Roles(SpecModel):
         ),
     )
 
-    def present(self) -> dict[str, PodGroupSpec]:
+    def present(self) -> dict[str, PodGroupSpec | RolloutRoleSpec]:
         """The roles that are set, by name, actor first."""
         return {name: role for name in ROLE_NAMES if (role := getattr(self, name)) is not None}
 

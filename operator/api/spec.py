@@ -81,6 +81,76 @@ _SEQUENCES_CEL = f"self.trainer.promptsPerStep * {_SAMPLES_CEL}"
 _MINI_CEL = f"(has(self.trainer.miniBatchSize) ? self.trainer.miniBatchSize : {_SEQUENCES_CEL})"
 
 
+_SEPARATE_CEL = "(has(self.rollout) && has(self.rollout.placement) && self.rollout.placement == 'separate')"
+_SEPARATE_STEPS = ("on_policy",)
+_NOT_SEPARATE_PRESETS = tuple(sorted(n for n, p in PRESETS.items() if not p.pairs and p.step not in _SEPARATE_STEPS))
+_GREEDY_ESTIMATORS = tuple(sorted(n for n, e in ADVANTAGES.items() if e.needs_greedy))
+
+
+def _separate(s: "RLJobSpec") -> bool:
+    return s.rollout is not None and s.rollout.placement == "separate"
+
+
+def _separate_algorithm_ok(s: "RLJobSpec") -> bool:
+    a = s.algorithm
+    return (a.name not in _NOT_SEPARATE_PRESETS and (a.step is None or a.step.name in _SEPARATE_STEPS)
+            and (a.advantage is None or a.advantage.name not in _GREEDY_ESTIMATORS))
+
+
+_SEPARATE_ALGORITHM_CEL = (
+    f"!({cel_in('self.algorithm.name', _NOT_SEPARATE_PRESETS)})"
+    f" && (!has(self.algorithm.step) || {cel_in('self.algorithm.step.name', _SEPARATE_STEPS)})"
+    f" && (!has(self.algorithm.advantage) || !({cel_in('self.algorithm.advantage.name', _GREEDY_ESTIMATORS)}))"
+)
+
+SEPARATE_RULES = (
+    Rule(
+        message="rollout.placement: separate needs roles.rollout, the ranks that generate (e.g. roles.rollout: {replicas: 2})",
+        check=lambda s: not _separate(s) or s.roles.rollout is not None,
+        cel=f"!{_SEPARATE_CEL} || has(self.roles.rollout)",
+        field="roles.rollout",
+    ),
+    Rule(
+        message="roles.rollout is unused: rollout.placement is colocated (the default); set rollout.placement: separate or remove the role",
+        check=lambda s: s.roles.rollout is None or _separate(s),
+        cel=f"!has(self.roles.rollout) || {_SEPARATE_CEL}",
+        field="roles.rollout",
+    ),
+    Rule(
+        message="algorithm.async generates ahead on ranks of their own: it needs rollout.placement: separate and roles.rollout",
+        check=lambda s: s.algorithm.async_ is None or _separate(s),
+        cel=f"!has(self.algorithm.async) || {_SEPARATE_CEL}",
+        field="algorithm.async",
+    ),
+    Rule(
+        message="rollout.placement: separate does not support trainer.lora yet (the fleet receives whole weights); "
+        "use placement: colocated",
+        check=lambda s: not _separate(s) or s.trainer.lora is None,
+        cel=f"!{_SEPARATE_CEL} || !has(self.trainer.lora)",
+        field="rollout.placement",
+    ),
+    Rule(
+        message="rollout.placement: separate does not support rollout.multiTurn yet; use placement: colocated",
+        check=lambda s: not _separate(s) or s.rollout.multi_turn is None,
+        cel=f"!{_SEPARATE_CEL} || !has(self.rollout.multiTurn)",
+        field="rollout.placement",
+    ),
+    Rule(
+        message="rollout.placement: separate runs vLLM engines: set rollout.backend: vllm",
+        check=lambda s: not _separate(s) or s.rollout.backend == "vllm",
+        cel=f"!{_SEPARATE_CEL} || !has(self.rollout.backend) || self.rollout.backend == 'vllm'",
+        field="rollout.placement",
+    ),
+    Rule(
+        message=f"rollout.placement: separate runs the on_policy step only, for now: not {words(_NOT_SEPARATE_PRESETS)} "
+        f"(another step) nor the {words(_GREEDY_ESTIMATORS)} estimator (a greedy draw per step); use placement: colocated",
+        check=lambda s: not _separate(s) or _separate_algorithm_ok(s),
+        cel=f"!{_SEPARATE_CEL} || ({_SEPARATE_ALGORITHM_CEL})",
+        field="rollout.placement",
+    ),
+)
+
+
 def _ranks_cel(role: str) -> str:
     own = (
         f"(has(self.roles.{role}.replicas) ? self.roles.{role}.replicas : 1)"
@@ -267,6 +337,7 @@ class RLJobSpec(SpecModel):
         ),
         *_batch_rules("actor"),
         *_batch_rules("critic"),
+        *SEPARATE_RULES,
         Rule(
             message="rollout.multiTurn needs data.chatTemplate: true (tool calls and their results are chat messages)",
             check=lambda s: s.rollout is None or s.rollout.multi_turn is None or s.data.chat_template,
