@@ -232,20 +232,44 @@ def test_grpo_passk_is_verls(normalize: bool) -> None:
     near(A.advantage_estimator("grpo_passk").fn(inputs(), normalize_by_std=normalize).advantages, per_token(expected), tol=1e-4)
 
 
-def test_gdpo_normalises_each_source_apart_then_whitens() -> None:
-    parts = {"math": t([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]), "format": t([0.2, 0.4, 0.4, 0.1, 0.3, 0.5])}
-    weights = {"math": 1.0, "format": 0.5}
+def ref_gdpo(parts: dict[str, list[float]], weights: dict[str, float], normalize: bool = True) -> list[list[float]]:
+    """verl's compute_gdpo_outcome_advantage: each source through verl's GRPO (a group of one has mean 0
+    and std 1, so its sample keeps its raw score), their weighted sum, masked_whiten over the tokens."""
     total = [0.0] * B
-    for name, values in parts.items():
-        v = values.tolist()
+    for name, v in parts.items():
         for i in range(B):
             g = [v[j] for j in members(i)]
-            total[i] += weights[name] * (0.0 if len(g) == 1 else (v[i] - mean(g)) / (std(g) + 1e-6))
-    out = A.advantage_estimator("gdpo").fn(inputs(reward_parts=parts, reward_weights=weights)).advantages
-    near(out, whiten(per_token(total)), tol=1e-4)
-    # One source: GRPO whitened over the batch.
-    grpo = A.advantage_estimator("grpo").fn(inputs()).advantages
-    near(A.advantage_estimator("gdpo").fn(inputs()).advantages, whiten(grpo.tolist()), tol=1e-4)
+            mu, sigma = (0.0, 1.0) if len(g) == 1 else (mean(g), std(g))
+            total[i] += weights.get(name, 1.0) * ((v[i] - mu) / (sigma + 1e-6) if normalize else v[i] - mu)
+    return whiten(per_token(total))
+
+
+def zero_singletons(x: list[list[float]]) -> list[list[float]]:
+    """kuberl's one difference: a group of one gets advantage 0, set after verl's whitening."""
+    return [[0.0 if len(members(i)) == 1 else x[i][k] for k in range(T)] for i in range(B)]
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_gdpo_normalises_each_source_apart_then_whitens(normalize: bool) -> None:
+    parts = {"math": [1.0, 0.0, 1.0, 1.0, 0.0, 1.0], "format": [0.2, 0.4, 0.4, 0.1, 0.3, 0.5]}
+    weights = {"math": 1.0, "format": 0.5}
+    gdpo = A.advantage_estimator("gdpo").fn
+    out = gdpo(inputs(reward_parts={k: t(v) for k, v in parts.items()}, reward_weights=weights), normalize_by_std=normalize).advantages
+    expected = zero_singletons(ref_gdpo(parts, weights, normalize))
+    near(out, expected, tol=1e-4)
+    # One source: verl's GRPO whitened over the batch.
+    near(gdpo(inputs(), normalize_by_std=normalize).advantages, zero_singletons(ref_gdpo({"reward": SCORES}, {}, normalize)), tol=1e-4)
+
+
+def test_gdpo_singleton_enters_the_whitening_with_verls_value() -> None:
+    """The group of one (row 5) is zeroed after the whitening, not before: zeroing it before would
+    change the whitening's mean and std, and so every other sample's advantage."""
+    parts = {"math": [1.0, 0.0, 1.0, 1.0, 0.0, 4.0]}
+    out = A.advantage_estimator("gdpo").fn(inputs(reward_parts={"math": t(parts["math"])}, reward_weights={})).advantages
+    after = zero_singletons(ref_gdpo(parts, {}))
+    before = zero_singletons(ref_gdpo({"math": [v if len(members(i)) > 1 else 0.0 for i, v in enumerate(parts["math"])]}, {}))
+    assert max(abs(a - b) for ra, rb in zip(after, before) for a, b in zip(ra, rb)) > 0.1  # the example tells them apart
+    near(out, after, tol=1e-5)
 
 
 PROBS = [[0.5, 0.2, 0.9, 0.4], [0.3, 0.6, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5], [0.8, 0.1, 0.7, 0.5], [0.6, 0.5, 0.5, 0.5],

@@ -56,6 +56,15 @@ def grpo_passk(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advant
     return Advantages(broadcast_to_tokens(advantages, inputs.mask))
 
 
+def verl_grpo_advantages(scores: torch.Tensor, group: torch.Tensor, normalize_by_std: bool = True,
+                         eps: float = 1e-6) -> torch.Tensor:
+    """GRPO's per-response advantage as verl computes it, groups of one included: verl takes such a
+    group's mean as 0 and its std as 1, so its sample keeps its raw score (over 1 + eps with the std)."""
+    _, _, count = _group_stats(scores, group)
+    singleton = scores / (1.0 + eps) if normalize_by_std else scores
+    return torch.where(count == 1, singleton, grpo_advantages(scores, group, normalize_by_std, eps))
+
+
 @register_advantage("gdpo", min_samples=2, summary="GRPO's normalisation of each reward source apart, then their weighted sum, whitened (GDPO)")
 def gdpo(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advantages:
     """Group reward-Decoupled Normalization Policy Optimization (2026, arXiv 2601.05242): a strong
@@ -63,10 +72,16 @@ def gdpo(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advantages:
     group on its own, A_k = (r_k - mean_G r_k) / (std_G r_k + 1e-6), then
     A = whiten(sum_k w_k A_k) over the batch's tokens. The sources are the job's reward rules, python
     file and model; w_k their weights in `reward` (verl names its sources in gdpo_reward_keys, weighted 1
-    unless gdpo_reward_weights says otherwise). With one source it is GRPO whitened over the batch."""
+    unless gdpo_reward_weights says otherwise). With one source it is GRPO whitened over the batch.
+
+    A group of one enters the whitening with verl's value (its raw scores, weighted), so every other
+    sample's advantage is verl's; only after the whitening is its own advantage set to 0, as for the
+    other group estimators here (verl keeps its whitened value)."""
     parts = inputs.reward_parts or {"reward": inputs.scores}
     total = torch.zeros_like(inputs.scores)
     for name, values in parts.items():
         weight = inputs.reward_weights.get(name, 1.0)
-        total = total + weight * grpo_advantages(values.to(inputs.scores.dtype), inputs.group, normalize_by_std)
-    return Advantages(masked_whiten(broadcast_to_tokens(total, inputs.mask), inputs.mask))
+        total = total + weight * verl_grpo_advantages(values.to(inputs.scores.dtype), inputs.group, normalize_by_std)
+    whitened = masked_whiten(broadcast_to_tokens(total, inputs.mask), inputs.mask)
+    _, _, count = _group_stats(inputs.scores, inputs.group)
+    return Advantages(whitened * (count > 1).to(whitened.dtype)[:, None])

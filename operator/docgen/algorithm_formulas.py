@@ -47,7 +47,8 @@ ADVANTAGE_FORMULAS = {
                    "normalizeByStd: false)\nA_i = 0 for every other response", "Thrampoulidis et al., 2025 (GRPO for pass@k)"),
     "gdpo": ("for each reward source k (each rule, the python file, the model), with r_{i,k} its own reward:\n"
              "A_{i,k} = (r_{i,k} - mean_{G(i)} r_k) / (std_{G(i)} r_k + 1e-6)\n"
-             "A = whiten(Σ_k w_k · A_{·,k}) over the batch's response tokens      (w_k the source's weight)",
+             "A = whiten(Σ_k w_k · A_{·,k}) over the batch's response tokens      (w_k the source's weight)\n"
+             "a group of one: A_{i,k} = r_{i,k} / (1 + 1e-6) in the sum (verl's GRPO), then A_i = 0 after the whitening",
              "2026, [GDPO: Group reward-Decoupled Normalization Policy Optimization](https://arxiv.org/abs/2601.05242)"),
     "optimal_token_baseline": ("G_t = Σ_{k ≥ t} reward_k;  w_t = 1 - 2·π_old(t) + Σ_v π_old(v | ·)²   (× tis weight² with tis)\n"
                                "W_t = Σ_{j ≤ t} w_j\n"
@@ -138,7 +139,9 @@ VERL_DIFFERENCES = [
     ("ppo_clip", "dualClip is off unless set; verl applies a dual clip of 3 by default (clip_ratio_c)."),
     ("kl_cov", "The default fraction is 2e-3 (the paper's runs); verl's default is 2e-4."),
     ("gdpo", "The reward sources are the job's (each rule, the python file, the model), weighted by their weights in "
-     "`reward`; verl names them in gdpo_reward_keys, weighted 1 unless gdpo_reward_weights says otherwise."),
+     "`reward`; verl names them in gdpo_reward_keys, weighted 1 unless gdpo_reward_weights says otherwise. A group of one "
+     "enters the whitening with verl's value (its raw scores), so every other sample's advantage is verl's; after the "
+     "whitening its own advantage is 0, where verl keeps its whitened value."),
     ("bypass", "One rolloutRs mode per job (verl ANDs a comma-separated list); a k1 mode keeps the ratio within "
      "[1/rsThreshold, rsThreshold] (verl's asymmetric \"L_U\" form and its IcePop weights are not offered); "
      "isBatchNormalize takes the mean over the rank's micro-batch, where verl all-reduces it over every rank."),
