@@ -204,6 +204,22 @@ def test_bypass_ppo_clip_is_ppo_against_the_rollout() -> None:
     assert float(loss.detach()) == pytest.approx(agg(ppo_token), rel=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["token_mean", "token_sum", "seq_mean_token_sum", "seq_mean_token_mean"])
+def test_bypass_ppo_clip_has_verls_dual_clip(mode: str) -> None:
+    """verl's bypass mode hands ppo_clip to its vanilla loss, dual clip (clip_ratio_c) included:
+    where A < 0 the token's loss is at most -c·A."""
+    x = inputs(rollout_logprobs=t(OLD), old_logprobs=t(LOGP))
+    loss, stats = A.policy_loss_entry("bypass").fn(x, clip_high=0.28, dual_clip=3.0, aggregation=mode)
+    expected = agg(lambda i, k: ppo_token(i, k, 0.2, 0.28, 3.0), mode)
+    assert expected != pytest.approx(agg(lambda i, k: ppo_token(i, k, 0.2, 0.28), mode), rel=1e-3)  # the cap bites here
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-4)
+    # verl's pg_clipfrac_lower: the tokens with A < 0 whose clipped loss was above -c·A, over the tokens.
+    capped = [ADV[i][k] < 0 and ppo_token(i, k, 0.2, 0.28) > -3.0 * ADV[i][k] for i in range(B) for k in range(T) if MASK[i][k]]
+    assert float(stats["clip_fraction_lower"]) == pytest.approx(sum(capped) / len(capped))
+    with pytest.raises(ValueError, match="dual_clip must be > 1"):
+        A.policy_loss_entry("bypass").fn(x, dual_clip=1.0)
+
+
 def test_dpo_over_row_pairs_is_the_published_loss() -> None:
     ref = [[lp - 0.1 * (i + 1) for lp in row] for i, row in enumerate(LOGP)]
     seq = [sum(LOGP[i][k] for k in range(T) if MASK[i][k]) for i in range(B)]

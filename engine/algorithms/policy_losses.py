@@ -42,6 +42,21 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: f
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
+def dual_clipped(loss: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                 dual_clip: float | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's per-token clipped loss with the dual clip c (Ye et al., 2020) where A < 0: at most -c A,
+    so a token whose ratio has grown large cannot dominate the update; c None leaves it as it is.
+    Returns the loss and, with c set, clip_fraction_lower (the share of `mask`'s tokens it capped)."""
+    if dual_clip is None:
+        return loss, {}
+    if dual_clip <= 1.0:  # at or below 1 it would cut the clipped objective itself; verl refuses it too
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    cap = -dual_clip * advantages
+    negative = advantages < 0
+    lower = masked_mean(((loss > cap) & negative).float(), mask).detach()
+    return torch.where(negative, torch.minimum(loss, cap), loss), {"clip_fraction_lower": lower}
+
+
 @register_policy_loss("ppo_clip", summary="PPO's clipped surrogate; clipHigh > clipLow is DAPO's clip-higher; dualClip bounds negative advantages")
 def policy_loss(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, clip_high: Annotated[float | None, _POSITIVE] = None,
                 aggregation: Aggregation = "token_mean", dual_clip: Annotated[float | None, _DUAL_CLIP] = None) -> LossResult:
@@ -50,17 +65,11 @@ def policy_loss(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, cl
     dual_clip = c > 1 (Ye et al., 2020): where A < 0 the loss is at most -c A, so a token whose
     ratio has grown large cannot dominate the update; c <= 1 is refused, as verl refuses it. verl
     applies c = 3 by default (clip_ratio_c); here it is off unless set."""
-    if dual_clip is not None and dual_clip <= 1.0:
-        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
     clip_high = clip_low if clip_high is None else clip_high
     lr = log_ratio(inputs)
     loss, clipped = clipped_surrogate(torch.exp(lr), inputs.advantages, clip_low, clip_high)
-    stats = {"clip_fraction": masked_mean(clipped.float(), inputs.mask).detach(), "approx_kl": approx_kl(inputs, lr)}
-    if dual_clip is not None:
-        cap = -dual_clip * inputs.advantages
-        negative = inputs.advantages < 0
-        stats["clip_fraction_lower"] = masked_mean(((loss > cap) & negative).float(), inputs.mask).detach()
-        loss = torch.where(negative, torch.minimum(loss, cap), loss)
+    loss, lower = dual_clipped(loss, inputs.advantages, inputs.mask, dual_clip)
+    stats = {"clip_fraction": masked_mean(clipped.float(), inputs.mask).detach(), "approx_kl": approx_kl(inputs, lr), **lower}
     return inputs.aggregate(loss, aggregation), stats
 
 

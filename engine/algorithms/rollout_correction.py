@@ -4,7 +4,8 @@ The trainer then needs no forward of the old policy: the ratio of a token is
 r = pi_theta / pi_rollout, and its mismatch with the trainer is corrected by that ratio itself, not
 by a separate weight. As verl's bypass_mode policy loss, in two forms:
 
-    ppoClip:   PPO's clipped surrogate with r = exp(log pi_theta - log pi_rollout); no other weight
+    ppoClip:   PPO's clipped surrogate with r = exp(log pi_theta - log pi_rollout), and its dual clip
+               where A < 0 when dualClip is set (as ppo_clip's); no other weight
     reinforce: L_t = -A_t · w_t · log pi_theta(t),  w = sg(min(rho, isThreshold))
                rho per token: exp(l_t),  l_t = log pi_theta(t) - log pi_rollout(t)   (rolloutIs: token)
                per response:  exp(sum_t l_t)                                          (rolloutIs: sequence)
@@ -27,7 +28,7 @@ from typing import Annotated, Literal
 import torch
 
 from ..config.options import Bound
-from .policy_losses import _LOWER, _POSITIVE, clipped_surrogate
+from .policy_losses import _DUAL_CLIP, _LOWER, _POSITIVE, clipped_surrogate, dual_clipped
 from .registry import LossInputs, LossResult, register_policy_loss
 from .tensors import Aggregation, aggregate, masked_mean, masked_sum
 
@@ -109,9 +110,10 @@ def bypass(inputs: LossInputs, loss_type: Literal["ppo_clip", "reinforce"] = "pp
            rollout_rs: RejectionMode = "none",
            rs_threshold: Annotated[float, Bound(gt=0.0, why="the largest divergence kept")] = 2.0,
            clip_low: Annotated[float, _LOWER] = 0.2, clip_high: Annotated[float | None, _POSITIVE] = None,
-           aggregation: Aggregation = "token_mean") -> LossResult:
+           aggregation: Aggregation = "token_mean", dual_clip: Annotated[float | None, _DUAL_CLIP] = None) -> LossResult:
     """The bypass mode (module docstring). Needs the rollout's log-probs (on-policy presets); with
-    oldLogprobs: recompute the recomputed ones are not used by this loss."""
+    oldLogprobs: recompute the recomputed ones are not used by this loss. dual_clip applies to
+    lossType ppo_clip only, as verl's bypass mode applies its vanilla loss's clip_ratio_c there."""
     if inputs.rollout_logprobs is None:
         raise ValueError("the bypass loss needs the rollout's log-probs (a job that generates)")
     lr = torch.clamp(inputs.logprobs - inputs.rollout_logprobs, -20.0, 20.0)
@@ -121,7 +123,9 @@ def bypass(inputs: LossInputs, loss_type: Literal["ppo_clip", "reinforce"] = "pp
     if loss_type == "ppo_clip":
         clip_high = clip_low if clip_high is None else clip_high
         loss, clipped = clipped_surrogate(torch.exp(lr), inputs.advantages, clip_low, clip_high)
-        stats["clip_fraction"] = masked_mean(clipped.float(), kept).detach()
+        # The fractions count the kept tokens: verl hands its vanilla loss the mask after rejection.
+        loss, lower = dual_clipped(loss, inputs.advantages, kept, dual_clip)
+        stats.update(clip_fraction=masked_mean(clipped.float(), kept).detach(), **lower)
     elif loss_type == "reinforce":
         weights = rollout_is_weights(inputs, rollout_is, is_threshold)
         if is_batch_normalize:

@@ -89,7 +89,7 @@ LOSS_FORMULAS = {
                 "kept where A_t > 0 and (D_t ≤ ε_high or p ≤ p_old), or A_t ≤ 0 and (D_t ≤ ε_low or p ≥ p_old)\n"
                 "L_t as in dppo_tv", _DPPO),
     "bypass": ("vLLM's log-probs stand for the old policy's: r_t = exp(log π_θ(t) - log π_rollout(t))\n"
-               "lossType ppoClip:   L_t as ppo_clip with r_t (no further weight)\n"
+               "lossType ppoClip:   L_t as ppo_clip with r_t, dualClip included (no further weight)\n"
                "lossType reinforce: L_t = -A_t · w_t · log π_θ(t),  w_t = sg(min(ρ, isThreshold)),\n"
                "                    ρ = r_t (rolloutIs: token), exp(Σ_t log r_t) of the response (sequence), 1 (none);\n"
                "                    isBatchNormalize: w / mean(w) over the micro-batch's tokens (token) or responses (sequence)\n"
@@ -136,7 +136,8 @@ VERL_DIFFERENCES = [
      "verl draws them at random."),
     ("clip_cov, kl_cov, gmpo", "The log-ratio is clamped to ±20 before its exp, as in the other losses (verl's do not clamp "
      "it): they differ only past that."),
-    ("ppo_clip", "dualClip is off unless set; verl applies a dual clip of 3 by default (clip_ratio_c)."),
+    ("ppo_clip, bypass", "dualClip is off unless set; verl applies a dual clip of 3 by default (clip_ratio_c), in the bypass "
+     "mode's ppo_clip too."),
     ("kl_cov", "The default fraction is 2e-3 (the paper's runs); verl's default is 2e-4."),
     ("gdpo", "The reward sources are the job's (each rule, the python file, the model), weighted by their weights in "
      "`reward`; verl names them in gdpo_reward_keys, weighted 1 unless gdpo_reward_weights says otherwise. A group of one "
