@@ -74,13 +74,16 @@ def policy_loss(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, cl
 
 
 def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               clip: float, aggregation: Aggregation = "token_mean", horizon: int | None = None) -> torch.Tensor:
-    """The critic's loss, 0.5 * (V - R)^2, with PPO's value clipping around the old values (clip > 0)."""
-    loss = (values - returns) ** 2
-    if clip > 0:
-        clipped = old_values + torch.clamp(values - old_values, -clip, clip)
-        loss = torch.maximum(loss, (clipped - returns) ** 2)
-    return 0.5 * aggregate(loss, mask, aggregation, horizon)
+               clip: float, aggregation: Aggregation = "token_mean", horizon: int | None = None) -> LossResult:
+    """The critic's loss, 0.5 * (V - R)^2, with PPO's value clipping around the old values (clip > 0),
+    as verl's compute_value_loss. Its stat vf_clipfrac is verl's: the share of the tokens where the
+    clipped loss was the larger, so the one taken (0 without clipping)."""
+    unclipped = (values - returns) ** 2
+    if clip <= 0:
+        return 0.5 * aggregate(unclipped, mask, aggregation, horizon), {"vf_clipfrac": torch.zeros(())}
+    clipped = (old_values + torch.clamp(values - old_values, -clip, clip) - returns) ** 2
+    loss = 0.5 * aggregate(torch.maximum(unclipped, clipped), mask, aggregation, horizon)
+    return loss, {"vf_clipfrac": masked_mean((clipped > unclipped).float(), mask).detach()}
 
 
 @register_policy_loss("gspo", summary="PPO clipping of the sequence-level (geometric-mean) ratio (GSPO)")

@@ -30,6 +30,9 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_switch_hidden_share": ("Share of the last step's switches hidden behind reward scoring", "switch_hidden_share"),
     "kuberl_offloaded_bytes": ("Device bytes the trainers freed for the last rollout (0 on CPU)", "offloaded_bytes"),
     "kuberl_validation_reward_mean": ("Mean reward of greedy responses on the validation set", "validation_reward_mean"),
+    # The critic's (ppo); absent from steps that train none.
+    "kuberl_critic_vf_clipfrac": ("Share of the critic's response tokens in the last step's updates where the clipped value loss "
+                                  "was the larger, so the one taken (verl's vf_clipfrac)", "critic/vf_clipfrac"),
     # Multi-turn rollouts (rollout.multiTurn); absent from one-turn jobs' steps.
     "kuberl_tool_calls": ("Tool calls in the last step's multi-turn rollouts", "multi_turn/tool_calls"),
     "kuberl_tool_errors": ("Tool calls in the last step that were answered with an error message (timeouts included)", "multi_turn/tool_errors"),

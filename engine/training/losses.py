@@ -91,8 +91,8 @@ def value_loss_fn(algorithm: AlgorithmSpec, horizon: int | None = None) -> LossF
 
     def loss_fn(values: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
         v = on_response_grid(values.float(), mb) * mb.mask
-        loss = A.value_loss(v, mb.old_values, mb.returns, mb.mask, clip, algorithm.loss_aggregation, horizon)
+        loss, stats = A.value_loss(v, mb.old_values, mb.returns, mb.mask, clip, algorithm.loss_aggregation, horizon)
         scale = totals.scale(mb, algorithm.loss_aggregation)
-        return loss * coef * scale, {"value_loss": loss.detach()}
+        return loss * coef * scale, {"value_loss": loss.detach(), **stats}
 
     return loss_fn

@@ -111,6 +111,7 @@ def page(repo: Path) -> str:
                "actor:         L = L_policy + klCoef · agg(KL_t) - entropyCoef · agg(H_t)      (engine/algorithms/terms.py)\n"
                "               (agg: lossAggregation; the KL term is in the reward instead with klInReward)\n"
                "critic (ppo):  L_V = valueLossCoef · 0.5 · agg(max((V - R)², (V_old + clip(V - V_old, -valueClip, valueClip) - R)²))\n"
+               "               (critic/vf_clipfrac: the share of the tokens where the clipped term is the larger; 0 with valueClip 0)\n"
                "tis:           L_t ← L_t · min(π_old(t) / π_rollout(t), cap)    (π_old recomputed by the trainer, π_rollout vLLM's;\n"
                "               each token's policy loss, as verl weighs it; gmpo takes the weights' geometric mean per response)\n"
                "dapo overlong: reward += -overlongPenalty · clamp(|o| - (maxNewTokens - overlongBuffer), 0, overlongBuffer) / overlongBuffer\n"
