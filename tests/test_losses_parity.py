@@ -94,6 +94,18 @@ def test_gspo_is_verls() -> None:
         return max(-a * s, -a * min(max(s, 1 - lo), 1 + hi))
 
     check("gspo", agg(token, "seq_mean_token_mean"))
+    # With algorithm.tis, each token's loss is weighed before the aggregation, as verl's rollout_is_weights.
+    w = [[0.5 + 0.1 * (i + k) for k in range(T)] for i in range(B)]
+    loss, _ = A.policy_loss_entry("gspo").fn(inputs(is_weights=t(w)))
+    assert float(loss.detach()) == pytest.approx(agg(lambda i, k: token(i, k) * w[i][k], "seq_mean_token_mean"), rel=1e-4)
+
+
+def test_the_gspo_preset_aggregates_by_response_whatever_loss_aggregation_says() -> None:
+    from kuberl.engine.config.algorithm import AlgorithmSpec
+
+    choice = A.choice_of(AlgorithmSpec.model_validate({"name": "gspo", "lossAggregation": "token_sum"}))
+    assert choice.policy_loss == "gspo" and "aggregation" not in choice.policy_loss_options
+    assert A.policy_loss_entry("gspo").options["aggregation"] == "seq_mean_token_mean"
 
 
 def test_gspo_past_the_clamp_has_no_gradient_as_in_verl() -> None:

@@ -92,8 +92,9 @@ def gspo(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 3e-4, clip_hig
     """Group Sequence Policy Optimization (Zheng et al., 2025): every token of a response shares its
     sequence ratio s = exp(mean_t log r_t); per token log s_t = sg(log s) + log p_t - sg(log p_t),
     clamped above at 10 as in verl (past it the token has no gradient), whose value is s and whose
-    gradient is s times the token's score function. verl always aggregates GSPO by
-    seq_mean_token_mean; that is the default here, and another `aggregation` is honoured."""
+    gradient is s times the token's score function. The token losses (times the TIS weights, where
+    the job has them) are aggregated by `aggregation` alone: seq_mean_token_mean by default, as verl
+    always does; the gspo preset passes no options, so algorithm.lossAggregation does not reach it."""
     seq_log_ratio = masked_mean(inputs.logprobs - inputs.old_logprobs, inputs.mask, dim=-1)
     log_s = torch.clamp(seq_log_ratio.detach()[:, None] + inputs.logprobs - inputs.logprobs.detach(), max=10.0)
     loss, clipped = clipped_surrogate(torch.exp(log_s), inputs.advantages, clip_low, clip_high)

@@ -65,7 +65,9 @@ LOSS_FORMULAS = {
                  f"{_PPO}; clip-higher: {DAPO}; dual clip: Ye et al., 2020"),
     "gspo": ("log s_i = mean_t (log π_θ(t) - log π_old(t))      (the sequence's geometric-mean ratio)\n"
              "per token: log s_{i,t} = min(sg(log s_i) + log π_θ(t) - sg(log π_θ(t)), 10)     (value s_i, gradient s_i·∇log π_θ(t))\n"
-             "L_t = max(-A_t·s_{i,t}, -A_t·clip(s_{i,t}, 1 - ε_low, 1 + ε_high))",
+             "L_t = max(-A_t·s_{i,t}, -A_t·clip(s_{i,t}, 1 - ε_low, 1 + ε_high))      (× the tis weight, with algorithm.tis)\n"
+             "L = (1/B)·Σ_i (Σ_t L_t / |o_i|)      (aggregation seq_mean_token_mean, its default: each response weighs the same;\n"
+             "                                       algorithm.lossAggregation does not change it, only the KL and entropy terms')",
              "Zheng et al., 2025, [Group Sequence Policy Optimization](https://arxiv.org/abs/2507.18071)"),
     "cispo": ("L_t = -sg(clip(ρ_t, 1 - ε_low, 1 + ε_high)) · A_t · log π_θ(t)      (no lower bound when clipLow is unset)",
               "MiniMax, 2025, [MiniMax-M1](https://arxiv.org/abs/2506.13585) (CISPO)"),
@@ -130,8 +132,9 @@ VERL_DIFFERENCES = [
      "so no job trains on those zeros."),
     ("gpg", "The scale is B / B_valid, B_valid the responses in groups whose rewards differ (the paper's B / (B - M)); verl "
      "divides by the responses with a nonzero reward."),
-    ("sapo, gspo", "Their default aggregation is seq_mean_token_mean, which verl always uses for them; an explicit "
-     "`aggregation` option is honoured here, where verl ignores it."),
+    ("sapo, gspo", "Their loss is aggregated by their own `aggregation` option, seq_mean_token_mean unless set, which verl "
+     "always uses for them; `algorithm.lossAggregation` does not change it (the gspo preset passes no options), and an "
+     "explicit `aggregation` option is honoured here, where verl ignores it."),
     ("clip_cov", "Of the eligible tokens, the ones of largest covariance are frozen (reproducible without a random stream); "
      "verl draws them at random."),
     ("clip_cov, kl_cov, gmpo", "The log-ratio is clamped to ±20 before its exp, as in the other losses (verl's do not clamp "
