@@ -206,6 +206,27 @@ def test_a_preempted_job_waits_again_counting_a_preemption_not_a_restart() -> No
     assert decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[evicted]), NOW).events == ()  # once
 
 
+def test_a_preemption_counted_before_the_jobset_is_suspended_is_still_reported_once() -> None:
+    # Kueue has counted the eviction on the Workload, which still says Admitted, and has not suspended the
+    # JobSet yet: the reconcile that writes the count takes the running path, and reports it all the same.
+    job = demo(phase="Running", queue="team-a")
+    still = workload({"type": "Admitted", "status": "True", "lastTransitionTime": NOW.isoformat()},
+                     {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload"},
+                     evictions=1)
+    d = decide(job, Observed(jobsets=[jobset()], workloads=[still], pods=[pod(0), pod(1)]), NOW)
+    assert d.status.phase == "Running" and d.status.preemptions == 1
+    assert [e[1:] for e in d.events] == [("Preempted", "evicted by Kueue: Preempted to accommodate a workload (preemption 1)")]
+    job.status = d.status  # written: a later reconcile, on whatever path, reports it no more
+    assert decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[still]), NOW).events == ()
+
+
+def test_a_restart_first_seen_by_the_reconcile_that_fails_the_job_is_reported() -> None:
+    observed = Observed(jobsets=[jobset(restarts=3, conditions=("Failed",))], pods=[pod(0, restart=3, phase="Failed")])
+    d = decide(demo(restarts=2, phase="Running"), observed, NOW)
+    assert d.status.phase == "Failed" and d.status.restarts == 3
+    assert [e[1] for e in d.events] == ["BackoffLimitExceeded", "GangRestart"]
+
+
 def test_preemptions_count_on_from_the_jobset_before() -> None:
     job = demo(phase="Queued", queue="team-a")
     d = decide(job, Observed(jobsets=[jobset(suspend=True, preemptions_before=2)], workloads=[workload(evictions=1)]), NOW)

@@ -19,7 +19,9 @@ it, and the last (running) always decides:
 Whatever decides, a finished or suspended job's sandbox Deployment is deleted (sandbox.py).
 
 Counts are level-based too: the gang restarts are the JobSet's own (plus those before it, kept in its
-annotations when a resumed job's JobSet is made again), the preemptions Kueue's on the Workload.
+annotations when a resumed job's JobSet is made again), the preemptions Kueue's on the Workload. A count
+that rises is reported by an event of the reconcile that writes it, whichever policy decides
+(count_events.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ..api import RLJob, RLJobStatus
 from .admission import admission
 from .conditions import CONDITION_TYPES, INITIALIZED
 from .context import Context, Decision, Observed
+from .count_events import count_events
 from .creation import creation
 from .deadline import deadline
 from .finished import TERMINAL, finished
@@ -63,4 +66,5 @@ def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:
     ctx = Context(job=job, observed=observed, now=now, old=old, status=status, jobset=jobset, pods=pods)
     decision = next((d for d in (policy(ctx) for policy in POLICIES) if d is not None), None) or running(ctx)
     stop = tuple(c for c in sandbox_deletions(job, decision.status.phase) if c not in decision.delete)
-    return replace(decision, delete=decision.delete + stop, progress_refused=refused)
+    events = decision.events + count_events(old, decision.status, observed.workloads, decision.events)
+    return replace(decision, delete=decision.delete + stop, progress_refused=refused, events=events)

@@ -1,7 +1,8 @@
 """Kueue's admission: a queued JobSet stays suspended, with no pod, until its whole Workload is admitted;
 an admitted one that Kueue evicts (preempted, quota reclaimed, pods not ready in time) is suspended
 again: its pods get SIGTERM and checkpoint at their step boundary, and the job waits to be admitted
-again. Neither is a failure: restarts and backoffLimit are untouched, preemptions counted apart."""
+again. Neither is a failure: restarts and backoffLimit are untouched, preemptions counted apart (and
+reported by an event whichever policy decides: count_events.py)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,6 @@ def admission(ctx: Context) -> Decision | None:
     reason, message = waiting_reason(ctx.observed.workloads)
     queue = ctx.job.spec.run_policy.scheduling.queue_name
     ctx.status.start_time = None  # as for a suspended Job: the deadline counts admitted time
-    if ctx.status.preemptions > ctx.old.preemptions:
-        ctx.events.append(("Warning", "Preempted", message))
     if ctx.status.last_checkpoint is not None and ctx.status.preemptions:
         message += f"; it resumes from the checkpoint of step {ctx.status.last_checkpoint.step}"
     return finish(ctx, "Queued", reason, f"queue {queue}: {message}", requeue_after=QUEUED_SECONDS)

@@ -6,6 +6,7 @@ next attempt starts again at Starting."""
 from __future__ import annotations
 
 from .context import Context, Decision, finish
+from .count_events import GANG_RESTART
 from .deadline import seconds_left
 from .reading import failed_pod, of_attempt, record_failure
 
@@ -32,7 +33,7 @@ def running(ctx: Context) -> Decision:
             record_failure(ctx.status, ctx.observed.failed_pods_too, ctx.jobset, ctx.status.restarts - 1, ctx.observed.trainer_jobs)
         message = f"{cause}; restarting every role from the last checkpoint (restart {ctx.status.restarts} of {limit})"
         return finish(ctx, "Restarting", "PodFailed", message, requeue_after=ACTIVE_SECONDS,
-                      events=(("Warning", "GangRestart", message),))
+                      events=(("Warning", GANG_RESTART, message),))
     if ready == total:
         requeue = RESYNC_SECONDS if left is None else min(RESYNC_SECONDS, left)
         return finish(ctx, "Running", "AllRanksRunning", f"all {total} pods are running", requeue_after=requeue)
