@@ -1,45 +1,16 @@
-"""The shape of a Llama-family causal LM (Llama, Qwen2, Qwen3, SmolLM2, and the mixture-of-experts Qwen3-MoE and
-Mixtral), read from a Hugging Face config."""
+"""The shape of a Llama-shaped causal LM, read from a Hugging Face config through its family (families/: Llama,
+Qwen2, Qwen3, Mistral, and the mixture-of-experts Qwen3-MoE and Mixtral), which decides and refuses what is its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..config.termination import NotRetryable
+from .families import family_of
+from .rope import LLAMA3_ROPE, SUPPORTED_ROPE_SCALING, rope_scaling_factor
+from .unsupported import UnsupportedModel
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "mixtral")
-MOE_MODEL_TYPES = ("qwen3_moe", "mixtral")
-
-
-# Llama 3.1-3.3's rope scaling: megatron-core applies these three numbers, and only these, with any factor.
-LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-SUPPORTED_ROPE_SCALING = ("default", "llama3")
-
-
-class UnsupportedModel(NotRetryable, ValueError):
-    """A model this engine cannot train, or cannot split the way the job's layout asks; the message says
-    what the model asks for and what is supported."""
-
-    reason = "UnsupportedModel"
-
-
-def rope_scaling_factor(scaling: Mapping[str, Any]) -> float | None:
-    """The llama3 rope scaling factor of a Hugging Face config's rope_scaling (rope_parameters in transformers 5),
-    None for plain rope; anything megatron-core, vLLM and transformers do not all compute alike is refused."""
-    kind = scaling.get("rope_type") or scaling.get("type") or "default"
-    if kind == "default":
-        return None
-    if kind != "llama3":
-        raise UnsupportedModel(f"rope_scaling of type {kind!r} is not supported (supported: {', '.join(SUPPORTED_ROPE_SCALING)})")
-    differs = {k: scaling.get(k) for k, v in LLAMA3_ROPE.items() if float(scaling.get(k, v)) != v}
-    if differs:
-        raise UnsupportedModel(f"llama3 rope_scaling with {differs} is not supported: megatron-core applies "
-                               f"{LLAMA3_ROPE} (Llama 3.1-3.3's own), with any factor")
-    factor = float(scaling.get("factor", 8.0))
-    if not factor >= 1.0:
-        raise UnsupportedModel(f"llama3 rope_scaling factor {factor} is not supported: it must be at least 1")
-    return factor
+__all__ = ["LLAMA3_ROPE", "SUPPORTED_ROPE_SCALING", "LlamaArch", "UnsupportedModel", "rope_scaling_factor"]
 
 
 @dataclass(frozen=True)
@@ -91,17 +62,13 @@ class LlamaArch:
     def from_hf_config(cls, config: Mapping[str, Any] | Any) -> "LlamaArch":
         get = config.get if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
         model_type = get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
-            raise UnsupportedModel(f"model_type {model_type!r} is not a Llama-family model (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
-        if get("use_sliding_window", False):
-            raise UnsupportedModel(f"{model_type} with use_sliding_window is not supported: every layer attends to the whole context here")
+        # What each family decides, and refuses, is its file's in families/: asked first, so a refusal is what is said.
+        decided = family_of(model_type).arch_fields(model_type, get)
         heads = get("num_attention_heads")
         hidden = get("hidden_size")
-        moe = moe_fields(model_type, get) if model_type in MOE_MODEL_TYPES else {}
         rope_theta = get("rope_theta")
         if rope_theta is None:  # transformers 5 keeps it under rope_parameters
             rope_theta = (get("rope_parameters") or {}).get("rope_theta", 10000.0)
-        scaling_factor = rope_scaling_factor(get("rope_scaling") or get("rope_parameters") or {})
         return cls(
             vocab_size=get("vocab_size"),
             hidden_size=hidden,
@@ -114,10 +81,7 @@ class LlamaArch:
             rope_theta=float(rope_theta),
             max_position_embeddings=get("max_position_embeddings"),
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
-            qkv_bias=model_type == "qwen2" or bool(get("attention_bias", False)),
-            rope_scaling_factor=scaling_factor,
-            qk_norm=model_type in ("qwen3", "qwen3_moe"),
-            **moe,
+            **decided,
         )
 
     def check_layout(self, tp: int, pp: int, ep: int = 1) -> None:
@@ -144,33 +108,3 @@ class LlamaArch:
         if problems:
             raise UnsupportedModel("; ".join(problems))
 
-
-def moe_fields(model_type: str, get) -> dict[str, Any]:
-    """LlamaArch's mixture-of-experts fields from a Qwen3-MoE or Mixtral config; what megatron-core's MoE layer
-    cannot compute alike (shared experts, dense layers between sparse ones, router noise) is refused, naming the field."""
-    if model_type == "qwen3_moe":
-        if (get("decoder_sparse_step") or 1) != 1:
-            raise UnsupportedModel(f"qwen3_moe with decoder_sparse_step={get('decoder_sparse_step')} is not supported: "
-                                   "every layer must be a mixture of experts (decoder_sparse_step 1)")
-        if get("mlp_only_layers"):
-            raise UnsupportedModel(f"qwen3_moe with mlp_only_layers={list(get('mlp_only_layers'))} is not supported: "
-                                   "every layer must be a mixture of experts")
-        for field in ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"):
-            if get(field):
-                raise UnsupportedModel(f"qwen3_moe with {field}={get(field)} is not supported: no shared experts here")
-        experts, size = get("num_experts") or get("num_local_experts"), get("moe_intermediate_size")  # transformers 5 renames it
-        norm, prefix = bool(get("norm_topk_prob", False)), "mlp"
-    else:  # mixtral: softmax over the top k, i.e. renormalised
-        if get("router_jitter_noise"):
-            raise UnsupportedModel(f"mixtral with router_jitter_noise={get('router_jitter_noise')} is not supported: "
-                                   "megatron-core's router adds no noise to the router's logits")
-        if get("sliding_window"):
-            raise UnsupportedModel(f"mixtral with sliding_window={get('sliding_window')} is not supported: "
-                                   "every layer attends to the whole context here")
-        experts, size = get("num_local_experts"), get("intermediate_size")
-        norm, prefix = True, "block_sparse_moe"
-    topk = get("num_experts_per_tok")
-    if not experts or not topk or topk > experts:
-        raise UnsupportedModel(f"{model_type} with {experts} experts and num_experts_per_tok={topk} is not a mixture of experts")
-    return dict(num_experts=int(experts), experts_per_token=int(topk), moe_intermediate_size=int(size),
-                norm_topk_prob=norm, router_aux_loss_coef=float(get("router_aux_loss_coef") or 0.0), hf_moe_prefix=prefix)

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 from ..config.topology import EngineConfig
 from .arch import LlamaArch, UnsupportedModel
+from .families import family_of
 
 
 MAX_CONFIG_BYTES = 1 << 20
@@ -32,10 +33,10 @@ def read_model_config(path: Path) -> dict[str, Any]:
 def check_model(hf_config: Mapping[str, Any], config: EngineConfig) -> LlamaArch:
     """The model's shape, if every role that loads it can split it its way; else UnsupportedModel naming the role."""
     arch = LlamaArch.from_hf_config(hf_config)
-    if arch.is_moe:
-        raise UnsupportedModel(f"{hf_config.get('model_type')} is a mixture-of-experts model: the engine's megatron-core "
-                               "layers train it, but a job cannot run one yet (the expert-parallel layout is not in the "
-                               "RLJob API and the switch into vLLM does not move experts)")
+    family = family_of(hf_config.get("model_type"))
+    if family.job_refusal is not None:
+        kind = "a mixture-of-experts model" if family.is_moe else f"a {family.name} model"
+        raise UnsupportedModel(f"{hf_config.get('model_type')} is {kind}: {family.job_refusal}")
     for role, topo in config.roles.items():
         if role == "reward":  # a reward model is a model of its own (reward.model), read where it is loaded
             continue
