@@ -44,6 +44,8 @@ class LlamaArch:
     """The load-balancing loss's coefficient."""
     hf_moe_prefix: str = "mlp"
     """Where a layer's router and experts live in Hugging Face checkpoints: Mixtral's are under block_sparse_moe."""
+    hf_expert_names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+    """An expert's gate, up and down projections in Hugging Face checkpoints (Mixtral's: w1, w3, w2)."""
 
     @property
     def is_moe(self) -> bool:

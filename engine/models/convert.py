@@ -67,15 +67,14 @@ def unshard_fc1(shards: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]
 
 # --- mixture of experts -----------------------------------------------------------------------
 
-# Hugging Face expert projection names per family: (gate, up, down).
-EXPERT_NAMES = {"mlp": ("gate_proj", "up_proj", "down_proj"), "block_sparse_moe": ("w1", "w3", "w2")}
 MG_EXPERT = "mlp.experts.local_experts.{}."
 
 
 def hf_expert(arch: LlamaArch, layer: int, expert: int) -> tuple[str, str, str]:
     """The checkpoint names of one expert's gate, up and down projections."""
     prefix = f"{HF_LAYER.format(layer)}{arch.hf_moe_prefix}.experts.{expert}."
-    return tuple(prefix + name + ".weight" for name in EXPERT_NAMES[arch.hf_moe_prefix])  # type: ignore[return-value]
+    gate, up, down = (prefix + name + ".weight" for name in arch.hf_expert_names)  # the family's names
+    return gate, up, down
 
 
 def hf_router(arch: LlamaArch, layer: int) -> str:

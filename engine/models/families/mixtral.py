@@ -17,7 +17,7 @@ def moe_fields(get: Get) -> dict[str, Any]:
         raise UnsupportedModel(f"mixtral with {experts} experts and num_experts_per_tok={topk} is not a mixture of experts")
     return dict(num_experts=int(experts), experts_per_token=int(topk), moe_intermediate_size=int(get("intermediate_size")),
                 norm_topk_prob=True, router_aux_loss_coef=float(get("router_aux_loss_coef") or 0.0),
-                hf_moe_prefix="block_sparse_moe")
+                hf_moe_prefix="block_sparse_moe", hf_expert_names=("w1", "w3", "w2"))
 
 
 FAMILY = register_family(ModelFamily(

@@ -19,7 +19,7 @@ def moe_fields(get: Get) -> dict[str, Any]:
         raise UnsupportedModel(f"qwen3_moe with {experts} experts and num_experts_per_tok={topk} is not a mixture of experts")
     return dict(num_experts=int(experts), experts_per_token=int(topk), moe_intermediate_size=int(get("moe_intermediate_size")),
                 norm_topk_prob=bool(get("norm_topk_prob", False)), router_aux_loss_coef=float(get("router_aux_loss_coef") or 0.0),
-                hf_moe_prefix="mlp")
+                hf_moe_prefix="mlp", hf_expert_names=("gate_proj", "up_proj", "down_proj"))
 
 
 def _shared(field: str) -> Refusal:
