@@ -41,6 +41,9 @@ class Completion:
     logprobs: list[float]
     """Log-probability of each generated token under the rollout policy."""
     finished_by_stop: bool
+    versions: tuple[int, ...] | None = None
+    """The policy version (steps trained) that produced each token, where the rollout runs on ranks of
+    its own (rollout/staleness.py); None on the actor's ranks, where every token is of the current one."""
 
 
 CPU_KV_BLOCK_TOKENS = 32

@@ -14,9 +14,37 @@ __all__ = ["ConfigError", "check_supported"]
 
 
 def check_placement(config: EngineConfig) -> None:
-    """rollout.placement: separate and algorithm.async: what the engine runs of them."""
-    if config.rollout is not None and config.rollout.placement == "separate":
-        raise ConfigError("rollout.placement: separate is not supported by this engine yet; use placement: colocated")
+    """rollout.placement: separate and algorithm.async: what the engine runs of them (after the plug-ins
+    are loaded: a plug-in's step or estimator is held to the same)."""
+    rollout, algorithm = config.rollout, config.algorithm
+    separate = rollout is not None and rollout.placement == "separate"
+    if algorithm.async_ is not None and not separate:
+        raise ConfigError("algorithm.async: generation ahead of the update needs rollout.placement: separate and roles.rollout")
+    if "rollout" in config.roles and not separate:
+        raise ConfigError("roles.rollout: the role generates only with rollout.placement: separate; set it or remove the role")
+    if not separate:
+        return
+    assert rollout is not None
+    if "rollout" not in config.roles:
+        raise ConfigError("roles.rollout: rollout.placement: separate needs the ranks that generate (roles.rollout)")
+    if config.roles["rollout"].colocated_with is not None or config.roles["rollout"].layout.world_size != config.roles["rollout"].ranks \
+            or (config.roles["rollout"].layout.tp, config.roles["rollout"].layout.pp) != (1, 1):
+        raise ConfigError("roles.rollout.layout: one vLLM engine per rank of its own (tp 1, pp 1) is all that runs for now")
+    if algorithm.async_ is not None and algorithm.async_.partial_rollout:
+        raise ConfigError("algorithm.async.partialRollout: not supported yet; set it to false")
+    refused = {"trainer.lora": config.trainer.lora is not None, "rollout.multiTurn": rollout.multi_turn is not None,
+               "rollout.backend": rollout.backend != "vllm"}
+    for field, present in refused.items():
+        if present:
+            raise ConfigError(f"{field}: not supported with rollout.placement: separate yet; use placement: colocated")
+    choice = A.choice_of(algorithm)
+    if choice.step != "on_policy":
+        raise ConfigError(f"rollout.placement: separate runs the on_policy step only, for now, not {choice.step} "
+                          f"({algorithm.name}); use placement: colocated")
+    estimator = A.estimator_of(algorithm)
+    if estimator is not None and estimator.needs_greedy:
+        raise ConfigError(f"rollout.placement: separate does not run {estimator.name} yet (a greedy draw per step); "
+                          "use placement: colocated")
 
 
 def check_supported(config: EngineConfig) -> None:

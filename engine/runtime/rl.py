@@ -35,13 +35,15 @@ from ..common.dtypes import is_half
 from ..common.timer import Timer
 from ..config.algorithm import AlgorithmSpec
 from ..config.progress import CheckpointStatus
-from ..config.topology import EngineConfig
+from ..config.topology import EngineConfig, max_staleness, separate_rollout
 from ..data import PromptEncoder, PromptLoader, load_examples
 from ..distributed.role_access import RoleAccess
 from ..distributed.role_link import RoleLink
 from ..distributed.role_worlds import RoleWorld
+from ..distributed.rollout_fleet import RolloutFleet
 from ..models.loading import export_hf_folder, read_hf_state_dict
 from ..steps import step_entry
+from ..steps.async_rollout import GenerationPipeline
 from ..steps.context import StepContext
 from ..steps.records import Rollout, Scores
 from ..training.losses import policy_loss_fn, value_loss_fn
@@ -59,13 +61,15 @@ __all__ = ["ConfigError", "RLRun", "Timer", "check_supported"]
 log = logging.getLogger("kuberl.engine")
 
 
-def recomputes_old_logprobs(algorithm: AlgorithmSpec, half: bool, truncated: bool) -> bool:
+def recomputes_old_logprobs(algorithm: AlgorithmSpec, half: bool, truncated: bool, stale: bool = False) -> bool:
     """Whether the trainer recomputes the old policy's log-probs instead of taking vLLM's. vLLM's
     stand for them only where both compute alike: float32 (not `half`), and the full distribution
-    (not `truncated` by top-p/top-k)."""
+    (not `truncated` by top-p/top-k), of the policy that trains (not `stale`: with algorithm.async the
+    samples may come from older versions; vLLM's log-probs are then the behaviour policy's, which the
+    rollout corrections, tis and the mismatch metrics, compare the recomputed ones with)."""
     if algorithm.old_logprobs != "auto":
         return algorithm.old_logprobs == "recompute"
-    return half or truncated
+    return half or truncated or stale
 
 
 class RLRun:
@@ -80,6 +84,9 @@ class RLRun:
         self.is_controller = self.rank == 0
         self.remote_roles = set(world.remote_roles())
         self.links = {role: RoleLink(role, link) for role, link in world.links.items()} if self.is_controller else {}
+        # The rollout role's link is the fleet's alone: one thread of the controller keeps its order.
+        rollout_link = self.links.pop("rollout", None)
+        self.separate = separate_rollout(config)
         self.dpo = not config.algorithm.on_policy
         self.lora = config.trainer.lora
         self.rollout_tp = config.roles["actor"].rollout_tp
@@ -94,10 +101,16 @@ class RLRun:
         self.roles = RoleAccess(self.links, self.remote_roles, self.is_controller, self.world, config.trainer.micro_batch_size)
         self.use_algorithm(config.algorithm)
         self.rewarder = build_rewarder(config, base_dir, self.links) if self.is_controller else None
-        parts = None if self.dpo else build_rollout(config, files, self.actor, self.critic, self.agents, self.encoder,
-                                                    self.stop_ids(), self.rank, self.world)
+        parts = None if self.dpo or self.separate else build_rollout(config, files, self.actor, self.critic, self.agents, self.encoder,
+                                                                     self.stop_ids(), self.rank, self.world)
         self.rollout, self.resharder, self.generator, self.switch, self.multi_turn = \
             (parts.rollout, parts.resharder, parts.generator, parts.switch, parts.multi_turn) if parts else (None,) * 5
+        self.fleet: RolloutFleet | None = None
+        self.pipeline: GenerationPipeline | None = None
+        if self.separate:  # roles.rollout generates; the whole model goes to it after every update
+            self.resharder = build_resharder(files, self.actor.place, 1)
+            self.fleet = RolloutFleet(rollout_link, self.resharder, self.actor, self.is_controller, self.world)
+            self.pipeline = GenerationPipeline(self.fleet, max_staleness(config), self.total_steps)
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
         self.checkpoints = checkpoint_root(config, base_dir)
@@ -169,11 +182,14 @@ class RLRun:
         dist.barrier()
         for link in self.links.values():
             link.send("save", {"step": self.step})
+        saving = self.fleet.call("save", {"step": self.step}) if self.fleet is not None else None
         ckpt.write_part(self.checkpoints, self.step, self.rank, state)
         dist.barrier()
         if self.is_controller:
             for link in self.links.values():
                 link.result()
+            if saving is not None:
+                saving.result()
             ckpt.commit(self.checkpoints, self.step, self.config.world_size, keep=self.config.trainer.checkpoint.keep,
                         meta={"job": self.config.job, "algorithm": self.config.algorithm.name,
                               **(lora_run.base_reference(self.folder, self.hf_config, self.lora) if self.lora else {})})
@@ -222,6 +238,8 @@ class RLRun:
                     log.info("stopped after step %d on request; resume continues from %s", self.step, record["checkpoint"])
                 for link in self.links.values():
                     link.send("stop", {"completed": False})
+                if self.fleet is not None:
+                    self.fleet.stop(completed=False)
                 return last
         if trainer.export_path:
             self.export(Path(trainer.export_path).expanduser())
@@ -231,6 +249,8 @@ class RLRun:
                 self.trackers.artifact(self.run_dir / "reward_curve.png")
         for link in self.links.values():
             link.send("stop", {"completed": True})
+        if self.fleet is not None:
+            self.fleet.stop(completed=True)
         return last
 
     def _stop_agreed(self, stop: StopRequest) -> bool:
@@ -239,6 +259,8 @@ class RLRun:
         if self.is_controller:
             for link in self.links.values():
                 wanted = link.call("stopping") or wanted
+            if self.fleet is not None:
+                wanted = self.fleet.call("stopping").result() or wanted
         return agree(wanted)
 
     def _publish(self, record: dict[str, Any]) -> None:
@@ -266,7 +288,8 @@ class RLRun:
         self.config = self.config.model_copy(update={"algorithm": algorithm})
         self.choice, self.step_fn, self.estimator = choice, entry.fn, estimator
         self.recompute_old_logprobs = not self.dpo and recomputes_old_logprobs(
-            algorithm, is_half(self.dtype), self.config.rollout is not None and self.config.rollout.truncates)
+            algorithm, is_half(self.dtype), self.config.rollout is not None and self.config.rollout.truncates,
+            stale=max_staleness(self.config) > 0)
         horizon = self.config.rollout.max_response_tokens if self.config.rollout is not None else 1
         self.policy_loss = policy_loss_fn(algorithm, horizon)
         self.value_loss = value_loss_fn(algorithm)

@@ -139,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             completed = not run.stopped
             if env.rank == 0 and completed:
                 _summary(run, last)
+        elif world.role == "rollout":
+            from .rollout_worker import RolloutWorker
+
+            completed = RolloutWorker(config, world).serve(stop)
         else:
             from .role_worker import RoleWorker
 

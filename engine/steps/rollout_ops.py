@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from ..common.overlap import Background
 from ..data import Example
+from ..rollout.staleness import may_consume, staleness_metrics
 from ..rollout.vllm_backend import Sampling
+from .async_rollout import sampling_seed
 from .multi_turn import generate_multi_turn
 from .records import Rollout, Scores
 
@@ -13,7 +15,10 @@ class RolloutOps:
     """Mixed into StepContext (context.py), which sets run, timer, config, step and record."""
 
     def next_prompts(self) -> list[Example]:
-        """The next batch of trainer.promptsPerStep examples of the seeded order (checkpointed)."""
+        """The next batch of trainer.promptsPerStep examples of the seeded order (checkpointed). With
+        rollout.placement: separate, the batch asked of the fleet for this step (async_rollout.py)."""
+        if getattr(self.run, "pipeline", None) is not None:
+            return self.run.pipeline.examples(self)
         return self.run.loader.next_batch()
 
     def sampling(self, *, greedy: bool = False) -> Sampling:
@@ -35,7 +40,8 @@ class RolloutOps:
     def draw_seed(self) -> int:
         """The sampling seed of this step's next draw: the first is the step's (a resumed run draws
         alike); later draws of one step (dynamic sampling) differ."""
-        seed = self.config.trainer.seed * 1_000_003 + self.step * 1009 + self.run.generator.replica + 7919 * self._draws
+        replica = self.run.generator.replica if self.run.generator is not None else 0  # the fleet adds its replicas'
+        seed = sampling_seed(self.config.trainer.seed, self.step, replica, self._draws)
         self._draws += 1
         return seed
 
@@ -45,6 +51,8 @@ class RolloutOps:
         run = self.run
         if getattr(run, "multi_turn", None) is not None:
             return generate_multi_turn(self, examples, sampling)
+        if getattr(run, "fleet", None) is not None:
+            return self._generate_on_fleet(examples, sampling)
         self.switch_to_rollout()
         prompts = [run.encoder.encode(e) for e in examples]
         seed = self.draw_seed()
@@ -57,11 +65,39 @@ class RolloutOps:
             self.record.add(rollout_prefix_cache_hit_ratio=run.generator.prefix_cache_hit_ratio)
         return rollout
 
+    def _generate_on_fleet(self, examples: list[Example], sampling: Sampling | None) -> Rollout:
+        """The rollout role's completions (rollout.placement: separate): this step's batch as the pipeline
+        asked for it, or (another draw: validation) one asked now, with the current weights. Refuses a
+        batch further behind than algorithm.async.maxStaleness; records its staleness."""
+        run = self.run
+        issued = run.pipeline.take(self.step, examples) if sampling is None else None
+        if issued is not None:
+            self._draws += 1
+            ticket, prompts = issued.ticket, issued.prompts
+        else:
+            prompts = [run.encoder.encode(e) for e in examples]
+            with self.timer("weight_sync"):
+                run.fleet.sync(self.step)
+            ticket = run.fleet.submit(prompts, sampling or self.sampling(), self.draw_seed())
+        with self.timer("rollout"):  # what the trainer waited for the fleet
+            completions = run.fleet.result(ticket)
+        versions = [c.versions or () for c in completions]
+        oldest = min((min(v) for v in versions if v), default=self.step)
+        bound = run.pipeline.max_staleness
+        if not may_consume(self.step, oldest, bound):
+            raise RuntimeError(f"a batch of version {oldest} is {self.step - oldest} versions behind the policy "
+                               f"(version {self.step}); algorithm.async.maxStaleness is {bound}")
+        self.record.add(staleness_metrics(self.step, versions))
+        self.record.add(rollout_version=float(oldest), **run.fleet.sync_metrics())
+        rollout = Rollout(list(examples), prompts, completions)
+        self._rollout_tokens += rollout.tokens
+        return rollout
+
     def score(self, rollout: Rollout, *, then_train: bool = True) -> Scores:
         """The job's reward of every completion (on the controller, broadcast). With then_train, the
         switch back to training runs while the rewards are scored."""
         run = self.run
-        back = Background(run.switch.to_training) if then_train and run.switch.generating else None
+        back = Background(run.switch.to_training) if then_train and run.switch is not None and run.switch.generating else None
         with self.timer("reward"):
             scores = run.score(rollout)
         if back is not None:

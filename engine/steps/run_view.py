@@ -15,7 +15,9 @@ from ..rollout.generation import Generator
 from ..rollout.multi_turn import MultiTurnRollout
 from ..training.policy import LossFn, MegatronLM
 from ..distributed.role_access import RoleAccess
+from ..distributed.rollout_fleet import RolloutFleet
 from ..rollout.switch import HybridSwitch
+from .async_rollout import GenerationPipeline
 from .records import Rollout, Scores
 
 
@@ -44,6 +46,10 @@ class StepRun(Protocol):
     switch: HybridSwitch | None
     multi_turn: MultiTurnRollout | None
     """A multi-turn job's rollout loop (rollout.multiTurn); None otherwise."""
+    fleet: RolloutFleet | None
+    """rollout.placement: separate: the line to roles.rollout (generator and switch are then None)."""
+    pipeline: GenerationPipeline | None
+    """rollout.placement: separate: the batches asked of the fleet, up to maxStaleness steps ahead."""
     estimator: AdvantageEstimator | None
     """The registered estimator that runs (None for a preset that trains on pairs)."""
     policy_loss: LossFn

@@ -1,0 +1,126 @@
+"""The actor's side of a rollout role on ranks of its own (rollout.placement: separate).
+
+The controller (global rank 0) owns the rollout link. One thread of the controller walks it: every
+command (weights of a version, a batch to generate, save, stopping, stop) is sent and answered in the
+order it was submitted, so the gloo collectives of the link stay in step with the rollout ranks'
+while the main thread trains. A batch submitted now is generated with the last weights submitted
+before it; its tokens carry that version. Every actor rank calls the same methods in the same order
+(SPMD): the weights' gather is a collective of the actor's model-parallel group, and every actor rank
+gets each batch's completions from the controller.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch.distributed as dist
+
+from ..rollout.vllm_backend import Completion, Sampling
+from .role_link import RoleLink
+from .weight_stream import gather_buckets, send_buckets
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """What the controller sends the rollout role for one batch (its reply: list[Completion])."""
+
+    prompts: list[list[int]]
+    sampling: Sampling
+    seed: int
+    """The seed of the first replica; replica i samples with seed + i (as the actor's replicas do)."""
+    version: int
+    """The version of the weights the role holds when it takes this request (stamped on every token)."""
+
+
+@dataclass
+class Ticket:
+    """A batch on its way: on the controller, the future of its completions."""
+
+    version: int
+    future: Future | None
+
+
+class RolloutFleet:
+    def __init__(self, link: RoleLink | None, resharder: Any, actor: Any, is_controller: bool, world: int):
+        self.link, self.resharder, self.actor = link, resharder, actor
+        self.is_controller, self.world = is_controller, world
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="rollout-link") if is_controller else None
+        self.version = -1
+        """The version of the weights last submitted to the role (-1: none yet)."""
+        self._syncs: list[Future] = []
+        self.model_bytes = float(sum(piece.numel() for bucket in resharder.plan for unit in bucket
+                                     for piece in unit.pieces) * resharder.element_size)
+        """The model's bytes in the switch plan: what one version's weights move to every rollout rank."""
+
+    # -- weights ------------------------------------------------------------------------------------
+
+    def sync(self, version: int) -> None:
+        """Send the actor's current weights as `version`, unless the role has them already. Collective:
+        every actor rank gathers; the controller's thread sends while the main thread goes on."""
+        if version == self.version:
+            return
+        started = time.perf_counter()
+        buckets = gather_buckets(self.resharder, self.actor.megatron_state(), keep=self.is_controller)
+        gathered = time.perf_counter() - started
+        self.version = version
+        if self.is_controller:
+            self._syncs.append(self.thread.submit(self._send_weights, version, buckets, gathered))
+
+    def _send_weights(self, version: int, buckets: list, gathered: float) -> dict[str, float]:
+        started = time.perf_counter()
+        assert self.link is not None
+        self.link.send("weights", {"version": version})
+        sent = send_buckets(self.link.link, buckets)
+        loaded = self.link.result()
+        return {"weight_sync_seconds": gathered + time.perf_counter() - started, "weight_sync_bytes": float(sent),
+                "weight_sync_buckets": float(len(buckets)), "weight_sync_version": float(version),
+                "weight_sync_load_seconds": float(loaded["seconds"])}
+
+    def sync_metrics(self) -> dict[str, float]:
+        """What the syncs finished since the last call moved (controller; empty elsewhere): sums of seconds
+        and bytes, the newest version."""
+        done = [f for f in self._syncs if f.done()]
+        self._syncs = [f for f in self._syncs if not f.done()]
+        out: dict[str, float] = {}
+        for future in done:
+            stats = future.result()
+            for key, value in stats.items():
+                out[key] = value if key == "weight_sync_version" else out.get(key, 0.0) + value
+        if out:
+            out["weight_sync_model_bytes"] = self.model_bytes
+        return out
+
+    # -- batches ------------------------------------------------------------------------------------
+
+    def submit(self, prompts: list[list[int]], sampling: Sampling, seed: int) -> Ticket:
+        """Generate `prompts` with the weights last synced (sync first); returns at once."""
+        assert self.version >= 0, "sync the weights before the first batch"
+        request = GenerateRequest(prompts, sampling, seed, self.version)
+        future = self.thread.submit(self._call, "generate", request) if self.is_controller else None
+        return Ticket(self.version, future)
+
+    def result(self, ticket: Ticket) -> list[Completion]:
+        """The batch's completions, every token stamped with its version, on every actor rank."""
+        holder: list[Any] = [ticket.future.result() if ticket.future is not None else None]
+        if self.world > 1:
+            dist.broadcast_object_list(holder, src=0)
+        completions: list[Completion] = holder[0]
+        return [c if c.versions is not None else replace(c, versions=(ticket.version,) * len(c.token_ids)) for c in completions]
+
+    # -- the rest of the role's commands ------------------------------------------------------------
+
+    def call(self, command: str, payload: Any = None) -> Future | None:
+        """Any other command (save, stopping), after those already submitted (controller; None elsewhere)."""
+        return self.thread.submit(self._call, command, payload) if self.is_controller else None
+
+    def stop(self, completed: bool) -> None:
+        if self.is_controller:
+            self.thread.submit(self.link.send, "stop", {"completed": completed}).result()
+            self.thread.shutdown()
+
+    def _call(self, command: str, payload: Any) -> Any:
+        assert self.link is not None
+        return self.link.call(command, payload)

@@ -1,0 +1,89 @@
+"""What the ranks of roles.rollout run (rollout.placement: separate): a vLLM engine per rank, fed by the controller.
+
+Commands over the role's link (distributed/rollout_fleet.py sends them, in order): "weights" (a new
+policy version arrives bucket by bucket, distributed/weight_stream.py, and is loaded in place),
+"generate" (the rank's share of a batch's prompts, seeded as the actor's own replicas would be; the
+role's first rank replies with every completion, each token stamped with the version this role
+held), "save" (each rank writes its empty part of the step's checkpoint), "stopping", "stop".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from ..common.dtypes import vllm_dtype
+from ..config.topology import EngineConfig
+from ..distributed.role_link import RoleFailure, RoleLink
+from ..distributed.role_worlds import RoleWorld
+from ..distributed.rollout_fleet import GenerateRequest
+from ..distributed.weight_stream import receive_buckets
+from . import checkpoint as ckpt
+from .builders import model_files
+from .checkpoint import checkpoint_root
+from .stopping import StopRequest, agree
+
+log = logging.getLogger("kuberl.engine")
+
+
+class RolloutWorker:
+    def __init__(self, config: EngineConfig, world: RoleWorld, base_dir: Path = Path(".")):
+        from ..rollout.generation import Generator
+        from ..rollout.vllm_backend import VLLMRollout
+
+        self.config, self.world = config, world
+        self.link = RoleLink("rollout", world.links["rollout"])
+        self.checkpoints = checkpoint_root(config, base_dir)
+        spec = config.rollout
+        assert spec is not None
+        files = model_files(config, base_dir)
+        self.replica, self.replicas = dist.get_rank(), dist.get_world_size()
+        # Replica i is seeded as the actor's replica i would be when it generates itself (builders.build_rollout).
+        self.rollout = VLLMRollout(files.folder, dtype=vllm_dtype(files.dtype), seed=config.trainer.seed + self.replica,
+                                   max_model_len=config.data.max_prompt_length + spec.max_response_tokens,
+                                   kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
+                                   skip_tokenizer_init=True)
+        self.generator = Generator(self.rollout, self.replica, self.replicas, 1)
+        self.version = -1
+        """The policy version of the weights this rank's engine holds (-1: the model folder's, before the first sync)."""
+        block = world.block
+        log.info("role rollout ready on ranks %d..%d (%d vLLM engine(s))", block.offset, block.offset + block.size - 1, self.replicas)
+
+    def serve(self, stop: StopRequest | None = None) -> bool:
+        self.stop = stop or StopRequest()
+        self.stop.steps_begin()
+        while True:
+            command, payload = self.link.receive()
+            if command == "stop":
+                return bool((payload or {}).get("completed", True))
+            try:
+                result = getattr(self, f"_{command}")(payload)
+            except Exception as exc:
+                self.link.reply(RoleFailure(f"{command} failed: {type(exc).__name__}: {exc}"))
+                raise
+            self.link.reply(result)
+
+    def _weights(self, payload: dict[str, Any]) -> dict[str, float]:
+        started = time.perf_counter()
+        received = self.rollout.update_weights(receive_buckets(self.link.link))
+        self.version = int(payload["version"])
+        return {"seconds": time.perf_counter() - started, "bytes": float(received)}
+
+    def _generate(self, request: GenerateRequest) -> list:
+        if request.version != self.version:
+            raise RuntimeError(f"asked to generate with version {request.version}, but this engine holds version {self.version}")
+        completions = self.generator.generate(request.prompts, request.sampling, request.seed + self.replica)
+        return [replace(c, versions=(self.version,) * len(c.token_ids)) for c in completions]
+
+    def _save(self, payload: dict[str, Any]) -> str:
+        ckpt.write_part(self.checkpoints, payload["step"], self.world.global_rank, {"role": "rollout"})
+        dist.barrier()
+        return "written"
+
+    def _stopping(self, payload: None) -> bool:
+        return agree(self.stop.requested)

@@ -1,0 +1,80 @@
+"""Generation on ranks of its own (rollout.placement: separate) through `kuberl run`: with maxStaleness 0
+it is the colocated run bit for bit; with maxStaleness 1 generation runs one batch ahead, every batch
+records its staleness within the bound, and the rollout corrections read the behaviour log-probs."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+STEPS = 3
+SEPARATE = {"rollout": {"replicas": 2, "layout": {"dp": 2}}}
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_one_thread(kuberl_cli: str, job: Path, run: Path) -> None:
+    # One thread per rank in both runs: the same float sums in every matrix product.
+    result = subprocess.run([kuberl_cli, "run", str(job), "--out", str(run), "--threads", "1"],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def exported(run: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(run / "final" / "model.safetensors")
+
+
+def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(make_job, kuberl_cli: str) -> None:
+    colocated_job, colocated = make_job("colocated", steps=STEPS)
+    separate_job, separate = make_job("separate", steps=STEPS, algorithm={"name": "grpo", "async": {"maxStaleness": 0}},
+                                      rollout={"placement": "separate"}, roles=SEPARATE)
+    for job, run in ((colocated_job, colocated), (separate_job, separate)):
+        run_one_thread(kuberl_cli, job, run)
+    logs = (separate / "logs" / "rank-2.log").read_text()
+    assert "role rollout ready on ranks 2..3 (2 vLLM engine(s))" in logs
+    a, b = records(colocated), records(separate)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
+    for left, right in zip(a, b):
+        for key in ("reward_mean", "response_length_mean", "policy_loss", "entropy", "grad_norm", "rollout/mismatch_kl"):
+            assert math.isfinite(left[key]) and left[key] == right[key], (left["step"], key, left[key], right[key])
+        assert right["staleness"] == 0 and right["rollout_version"] == right["step"] - 1
+        # Every version moved the whole model in the switch plan's bytes, bucket by bucket.
+        assert right["weight_sync_bytes"] == right["weight_sync_model_bytes"] > 0 and right["weight_sync_buckets"] >= 1
+        assert right["weight_sync_seconds"] > 0
+    final_a, final_b = exported(colocated), exported(separate)
+    assert final_a.keys() == final_b.keys()
+    assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
+    # Every rank, the rollout role's included, wrote its part of the checkpoint.
+    assert sorted(p.name for p in (separate / "ckpt" / f"step-{STEPS:08d}").glob("rank-*.pt")) == [f"rank-{r:05d}.pt" for r in range(4)]
+
+
+def test_max_staleness_1_generates_ahead_within_the_bound_and_corrects_with_behaviour_logprobs(make_job, kuberl_cli: str) -> None:
+    job, run = make_job("async", steps=4, rollout={"placement": "separate"}, roles=SEPARATE,
+                        algorithm={"name": "grpo", "async": {"maxStaleness": 1}, "oldLogprobs": "recompute", "tis": {"cap": 2.0}})
+    run_one_thread(kuberl_cli, job, run)
+    steps = records(run)
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    # The first batch is generated with the first weights; each later one while the step before trained.
+    assert [r["staleness"] for r in steps] == [0, 1, 1, 1]
+    assert [r["rollout_version"] for r in steps] == [0, 0, 1, 2]
+    assert all(r["staleness"] <= 1 for r in steps)
+    for r in steps[1:]:
+        tokens = {k: v for k, v in r.items() if k.startswith("staleness_tokens/")}
+        assert tokens == {"staleness_tokens/1": pytest.approx(r["response_length_mean"] * 16)}
+        # The behaviour policy (vLLM's log-probs, one version old) against the recomputed current one:
+        # the mismatch is the update's, and the truncated importance weights correct for it.
+        assert r["rollout/mismatch_kl"] > 0 and math.isfinite(r["tis_weight_mean"])
+    assert steps[0]["rollout/mismatch_kl"] < min(r["rollout/mismatch_kl"] for r in steps[1:])
+    # The ranks that train never generated: the actor's log says nothing of vLLM's engine.
+    assert "role rollout ready" in (run / "logs" / "rank-2.log").read_text()
