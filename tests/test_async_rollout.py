@@ -136,3 +136,55 @@ def test_the_engine_accepts_async_on_separate_placement() -> None:
 
     check_placement(_engine_config({"name": "grpo", "async": {"maxStaleness": 2}}, {"placement": "separate"},
                                    {"actor": ACTOR, "rollout": FLEET}))
+
+
+class _FakeFleet:
+    def __init__(self):
+        self.synced: list[int] = []
+        self.asked: list[tuple[int, int]] = []  # (version, seed)
+
+    def sync(self, version: int) -> None:
+        if not self.synced or self.synced[-1] != version:
+            self.synced.append(version)
+
+    def submit(self, prompts, sampling, seed):
+        from kuberl.engine.distributed.rollout_fleet import Ticket
+
+        self.asked.append((self.synced[-1], seed))
+        return Ticket(self.synced[-1], None)
+
+
+def _ctx(step: int, loader):
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(loader=loader, encoder=SimpleNamespace(encode=lambda e: [len(e.prompt)]))
+    return SimpleNamespace(step=step, run=run, timer=lambda name: nullcontext(), sampling=lambda: None,
+                           config=SimpleNamespace(trainer=SimpleNamespace(seed=3)))
+
+
+def test_the_pipeline_asks_ahead_with_the_current_version_and_a_checkpoint_keeps_prompts_on_their_way() -> None:
+    from kuberl.engine.data.prompts import Example, PromptLoader
+    from kuberl.engine.steps.async_rollout import GenerationPipeline, sampling_seed
+
+    examples = [Example(f"q{i}", str(i)) for i in range(40)]
+    loader = PromptLoader(examples, 4, seed=1)
+    fleet = _FakeFleet()
+    pipeline = GenerationPipeline(fleet, max_staleness=2, total_steps=6)
+    trained = []
+    for step in range(3):
+        batch = pipeline.examples(_ctx(step, loader))
+        assert pipeline.take(step, batch) is not None
+        trained.append([e.prompt for e in batch])
+    # Steps 0-2 asked at version 0, step 3 at 1, step 4 at 2; each with its own step's seed.
+    assert fleet.asked == [(0, sampling_seed(3, k, 0, 0)) for k in range(3)] + [(1, sampling_seed(3, 3, 0, 0)),
+                                                                               (2, sampling_seed(3, 4, 0, 0))]
+    on_their_way = [[e.prompt for e in pipeline.issued[k].examples] for k in (3, 4)]
+    # A checkpoint after step 3 (the trainer is about to train step 3): the loader as it stood before batch 3.
+    resumed = PromptLoader(examples, 4, seed=1)
+    resumed.load_state_dict(pipeline.loader_state(3, loader.state_dict()))
+    assert [[e.prompt for e in resumed.next_batch()] for _ in range(2)] == on_their_way
+    # Nothing on its way: the loader's own state.
+    assert GenerationPipeline(fleet, 0, 6).loader_state(0, {"epoch": 0, "position": 8}) == {"epoch": 0, "position": 8}
+    uninterrupted = PromptLoader(examples, 4, seed=1)
+    assert [[e.prompt for e in uninterrupted.next_batch()] for _ in range(5)] == trained + on_their_way

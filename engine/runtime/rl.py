@@ -173,7 +173,10 @@ class RLRun:
 
     def save(self) -> Path:
         """Every rank of the job writes its part, roles on ranks of their own too; the controller commits."""
-        state = {"actor": self.actor.state_dict(), "loader": self.loader.state_dict(), "step": self.step,
+        loader = self.loader.state_dict()
+        if self.pipeline is not None:  # batches on their way are asked for again by a resumed run
+            loader = self.pipeline.loader_state(self.step, loader)
+        state = {"actor": self.actor.state_dict(), "loader": loader, "step": self.step,
                  "updates": self.updates, "rng": ckpt.rng_state()}
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()

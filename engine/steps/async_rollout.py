@@ -5,12 +5,16 @@ on their way (rollout/staleness.py): those not yet asked for are drawn from the 
 order, and sent to the fleet with the weights of version s, before this step's update begins; the
 rollout ranks then generate while the actor trains. With maxStaleness 0 each batch is asked for at
 its own step, with that step's weights: the synchronous run, sample for sample.
+
+A checkpoint records the loader where it stood before the first batch still on its way, so a
+resumed run asks for those prompts again: none is lost or trained twice (they are then generated
+with the resumed policy, not the one that first asked for them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..data import Example
 from ..distributed.rollout_fleet import RolloutFleet, Ticket
@@ -42,12 +46,15 @@ class GenerationPipeline:
         self.issued: dict[int, Issued] = {}
         self.issued_through = -1
         """The last step whose batch has been asked for (-1: none)."""
+        self.loader_before: dict[int, dict[str, Any]] = {}
+        """The loader's state before each batch still on its way was drawn."""
 
     def examples(self, ctx: StepContext) -> list[Example]:
         """This step's examples, after asking for every batch the staleness bound allows now."""
         step, run = ctx.step, ctx.run
         self.issued_through = max(self.issued_through, step - 1)  # a resumed run starts at its step
         for k in steps_to_issue(step, self.issued_through, self.max_staleness, self.total_steps):
+            self.loader_before[k] = run.loader.state_dict()
             examples = run.loader.next_batch()
             prompts = [run.encoder.encode(e) for e in examples]
             with ctx.timer("weight_sync"):
@@ -64,4 +71,11 @@ class GenerationPipeline:
         issued = self.issued.get(step)
         if issued is None or issued.examples is not examples:
             return None
+        self.loader_before.pop(step, None)
         return self.issued.pop(step)
+
+    def loader_state(self, step: int, current: dict[str, Any]) -> dict[str, Any]:
+        """What a checkpoint taken before `step` records of the loader: where it stood before the first
+        batch still on its way (`current` when none is)."""
+        pending = sorted(k for k in self.loader_before if k >= step)
+        return dict(self.loader_before[pending[0]]) if pending else current

@@ -88,7 +88,9 @@ class RolloutOps:
             raise RuntimeError(f"a batch of version {oldest} is {self.step - oldest} versions behind the policy "
                                f"(version {self.step}); algorithm.async.maxStaleness is {bound}")
         self.record.add(staleness_metrics(self.step, versions))
-        self.record.add(rollout_version=float(oldest), **run.fleet.sync_metrics())
+        self.record.add(rollout_version=float(oldest))
+        if issued is not None:  # a training batch reports the weights sent since the last one (validation's too)
+            self.record.add(run.fleet.sync_metrics())
         rollout = Rollout(list(examples), prompts, completions)
         self._rollout_tokens += rollout.tokens
         return rollout

@@ -14,7 +14,9 @@ import torch
 
 pytestmark = pytest.mark.slow
 
-STEPS = 3
+STEPS = 5
+DATA = {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
+        "validation": {"generator": {"name": "arithmetic", "count": 4, "seed": 2, "maxOperand": 9}}, "maxPromptLength": 64}
 SEPARATE = {"rollout": {"replicas": 2, "layout": {"dp": 2}}}
 
 
@@ -36,18 +38,26 @@ def exported(run: Path) -> dict[str, torch.Tensor]:
 
 
 def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(make_job, kuberl_cli: str) -> None:
-    colocated_job, colocated = make_job("colocated", steps=STEPS)
-    separate_job, separate = make_job("separate", steps=STEPS, algorithm={"name": "grpo", "async": {"maxStaleness": 0}},
-                                      rollout={"placement": "separate"}, roles=SEPARATE)
+    # A KL term to a colocated reference, and greedy validation every 2 steps (asked of the fleet in between).
+    common = dict(steps=STEPS, data=DATA, validationInterval=2)
+    ref = {"ref": {"colocateWith": "actor"}}
+    colocated_job, colocated = make_job("colocated", algorithm={"name": "grpo", "klCoef": 0.05}, roles=ref, **common)
+    separate_job, separate = make_job("separate", algorithm={"name": "grpo", "klCoef": 0.05, "async": {"maxStaleness": 0}},
+                                      rollout={"placement": "separate"}, roles={**ref, **SEPARATE}, **common)
     for job, run in ((colocated_job, colocated), (separate_job, separate)):
         run_one_thread(kuberl_cli, job, run)
     logs = (separate / "logs" / "rank-2.log").read_text()
     assert "role rollout ready on ranks 2..3 (2 vLLM engine(s))" in logs
     a, b = records(colocated), records(separate)
-    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(0, STEPS + 1))  # step 0: validation alone
+    keys = ("reward_mean", "response_length_mean", "policy_loss", "entropy", "grad_norm", "kl", "rollout/mismatch_kl",
+            "validation_reward_mean")
     for left, right in zip(a, b):
-        for key in ("reward_mean", "response_length_mean", "policy_loss", "entropy", "grad_norm", "rollout/mismatch_kl"):
+        assert [k for k in keys if k in left] == [k for k in keys if k in right]
+        for key in (k for k in keys if k in left):
             assert math.isfinite(left[key]) and left[key] == right[key], (left["step"], key, left[key], right[key])
+    assert sum("validation_reward_mean" in r for r in b) == 4  # before the first step, after steps 2, 4 and 5
+    for right in b[1:]:
         assert right["staleness"] == 0 and right["rollout_version"] == right["step"] - 1
         # Every version moved the whole model in the switch plan's bytes, bucket by bucket.
         assert right["weight_sync_bytes"] == right["weight_sync_model_bytes"] > 0 and right["weight_sync_buckets"] >= 1
@@ -59,19 +69,23 @@ def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(ma
     assert sorted(p.name for p in (separate / "ckpt" / f"step-{STEPS:08d}").glob("rank-*.pt")) == [f"rank-{r:05d}.pt" for r in range(4)]
 
 
-def test_max_staleness_1_generates_ahead_within_the_bound_and_corrects_with_behaviour_logprobs(make_job, kuberl_cli: str) -> None:
-    job, run = make_job("async", steps=4, rollout={"placement": "separate"}, roles=SEPARATE,
-                        algorithm={"name": "grpo", "async": {"maxStaleness": 1}, "oldLogprobs": "recompute", "tis": {"cap": 2.0}})
+@pytest.mark.parametrize("bound", [1, 2])
+def test_max_staleness_generates_ahead_within_the_bound_and_corrects_with_behaviour_logprobs(make_job, kuberl_cli: str,
+                                                                                            bound: int) -> None:
+    job, run = make_job("async", steps=STEPS, rollout={"placement": "separate"}, roles=SEPARATE,
+                        algorithm={"name": "grpo", "async": {"maxStaleness": bound}, "oldLogprobs": "recompute", "tis": {"cap": 2.0}})
     run_one_thread(kuberl_cli, job, run)
     steps = records(run)
-    assert [r["step"] for r in steps] == [1, 2, 3, 4]
-    # The first batch is generated with the first weights; each later one while the step before trained.
-    assert [r["staleness"] for r in steps] == [0, 1, 1, 1]
-    assert [r["rollout_version"] for r in steps] == [0, 0, 1, 2]
-    assert all(r["staleness"] <= 1 for r in steps)
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
+    # The first batches are generated with the first weights, asked for at once; each later one at the
+    # step `bound` before its own, while that step trained: exactly `bound` versions behind.
+    expected = [min(step, bound) for step in range(STEPS)]
+    assert [r["staleness"] for r in steps] == expected
+    assert [r["rollout_version"] for r in steps] == [step - s for step, s in enumerate(expected)]
+    assert all(r["staleness"] <= bound for r in steps)
     for r in steps[1:]:
         tokens = {k: v for k, v in r.items() if k.startswith("staleness_tokens/")}
-        assert tokens == {"staleness_tokens/1": pytest.approx(r["response_length_mean"] * 16)}
+        assert tokens == {f"staleness_tokens/{int(r['staleness'])}": pytest.approx(r["response_length_mean"] * 16)}
         # The behaviour policy (vLLM's log-probs, one version old) against the recomputed current one:
         # the mismatch is the update's, and the truncated importance weights correct for it.
         assert r["rollout/mismatch_kl"] > 0 and math.isfinite(r["tis_weight_mean"])
