@@ -11,16 +11,46 @@ gets each batch's completions from the controller.
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
 from ..rollout.vllm_backend import Completion, Sampling
 from .role_link import RoleLink
 from .weight_stream import gather_buckets, send_buckets
+
+
+class LinkThread:
+    """Runs submitted calls one after another on a daemon thread: a rank that fails while the thread
+    waits on the link still exits (a pool's thread would hold the process until the link timed out)."""
+
+    def __init__(self, name: str):
+        self.calls: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        self.calls.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        self.calls.put(None)
+
+    def _work(self) -> None:
+        while (item := self.calls.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever waits on the future
+                future.set_exception(exc)
 
 
 @dataclass(frozen=True)
@@ -47,7 +77,7 @@ class RolloutFleet:
     def __init__(self, link: RoleLink | None, resharder: Any, actor: Any, is_controller: bool, world: int):
         self.link, self.resharder, self.actor = link, resharder, actor
         self.is_controller, self.world = is_controller, world
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="rollout-link") if is_controller else None
+        self.thread = LinkThread("rollout-link") if is_controller else None
         self.version = -1
         """The version of the weights last submitted to the role (-1: none yet)."""
         self._syncs: list[Future] = []
