@@ -65,7 +65,8 @@ def transfer_units(arch: LlamaArch, tp: int, pp: int) -> list[Unit]:
     if arch.is_moe:
         raise UnsupportedModel("switching a mixture-of-experts model into vLLM is not implemented yet: its experts "
                                "have no place in this plan (megatron-core trains it; the rollout cannot take its weights)")
-    h, v, ffn = arch.hidden_size, arch.vocab_size, arch.intermediate_size
+    # The training shards hold the padded vocabulary (LlamaArch.padded_vocab_size): its rows travel, and are cut off after.
+    h, v, ffn = arch.hidden_size, arch.padded_vocab_size(tp), arch.intermediate_size
     units: list[Unit] = []
 
     def split(stage: int, name: str, layer: int | None, full: tuple[int, ...], dim: int) -> None:

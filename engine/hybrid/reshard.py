@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..models.arch import LlamaArch
-from ..models.convert import HF_LAYER, split_qkv, unshard_fc1
+from ..models.convert import HF_LAYER, split_qkv, unpad_vocab, unshard_fc1
 from .plan import Unit, buckets, generation_tp_rank, holds, needs, transfer_units, wanted_tp_ranks
 
 
@@ -50,6 +50,10 @@ class Resharder:
                  ranks: Mapping[tuple[int, int], int], group: dist.ProcessGroup | None,
                  dtype: torch.dtype = torch.float32, bucket_bytes: int = 64 << 20, tg: int = 1):
         wanted_tp_ranks(tp, tg, tp_rank)  # tg must divide tp
+        if tg > 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
+            raise ValueError(f"a rollout tensor-parallel size of {tg} needs a vocabulary that the training's tp={tp} "
+                             f"divides: {arch.vocab_size} is padded to {arch.padded_vocab_size(tp)} there, and vLLM "
+                             "would split it otherwise; use a rollout tp of 1")
         if tg > 1 and arch.vocab_size % (VLLM_VOCAB_PADDING * tg):
             raise ValueError(f"a rollout tensor-parallel size of {tg} needs a vocabulary divisible by "
                              f"{VLLM_VOCAB_PADDING * tg} (vLLM pads it to a multiple of {VLLM_VOCAB_PADDING} "
@@ -122,11 +126,10 @@ class Resharder:
     def _to_hf(self, unit: Unit, pieces: list[torch.Tensor]) -> Iterator[tuple[str, torch.Tensor, int | None]]:
         """(Hugging Face name, this rank's generation shard of it, the dimension it is split on)."""
         name = unit.name
-        if name == "embedding.word_embeddings.weight":
-            yield "model.embed_tokens.weight", torch.cat(pieces, 0), 0
-            return
-        if name == "output_layer.weight":
-            yield "lm_head.weight", torch.cat(pieces, 0), 0
+        if name in ("embedding.word_embeddings.weight", "output_layer.weight"):
+            rows = torch.cat(pieces, 0)  # a padded vocabulary only ever goes whole (tg 1, __init__): cut back to the model's
+            hf_name = "model.embed_tokens.weight" if name.startswith("embedding") else "lm_head.weight"
+            yield hf_name, unpad_vocab(rows, self.arch) if self.tg == 1 else rows, 0
             return
         if name == "decoder.final_layernorm.weight":
             yield "model.norm.weight", pieces[0], None

@@ -10,7 +10,11 @@ from .families import family_of
 from .rope import LLAMA3_ROPE, SUPPORTED_ROPE_SCALING, rope_scaling_factor
 from .unsupported import UnsupportedModel
 
-__all__ = ["LLAMA3_ROPE", "SUPPORTED_ROPE_SCALING", "LlamaArch", "UnsupportedModel", "rope_scaling_factor"]
+__all__ = ["LLAMA3_ROPE", "MAKE_VOCAB_SIZE_DIVISIBLE_BY", "SUPPORTED_ROPE_SCALING", "LlamaArch", "UnsupportedModel",
+           "rope_scaling_factor"]
+
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
+"""Megatron-LM's default: a vocabulary that tp does not divide is padded to a multiple of this times tp."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,16 @@ class LlamaArch:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def padded_vocab_size(self, tp: int) -> int:
+        """The vocabulary rows megatron-core's embedding and output layer hold under `tp`: the model's own where tp
+        divides it (unchanged layouts for every model that split before), else padded up to a multiple of
+        MAKE_VOCAB_SIZE_DIVISIBLE_BY x tp as Megatron-LM pads it. The padded rows are zero (convert.py), their
+        logits are masked (megatron_model.py), and export and the switch into vLLM drop them."""
+        if self.vocab_size % tp == 0:
+            return self.vocab_size
+        step = MAKE_VOCAB_SIZE_DIVISIBLE_BY * tp
+        return -(-self.vocab_size // step) * step
 
     @property
     def heads_per_group(self) -> int:
@@ -103,8 +117,7 @@ class LlamaArch:
             problems.append(f"tp={tp} must divide the {self.num_kv_heads} key/value heads (whole groups per rank)")
         if not self.is_moe and self.intermediate_size % tp:
             problems.append(f"tp={tp} must divide intermediate_size {self.intermediate_size}")
-        if self.vocab_size % tp:
-            problems.append(f"tp={tp} must divide the vocabulary of {self.vocab_size} tokens")
+        # The vocabulary is padded where tp does not divide it (padded_vocab_size): no rule here.
         if self.num_layers % pp:
             problems.append(f"pp={pp} must divide the {self.num_layers} layers")
         if problems:

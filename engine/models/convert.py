@@ -5,7 +5,8 @@ Megatron's layout (megatron-core, verified against its modules):
   whole groups (num_kv_heads / tp of them).
 - linear_fc1 on TP rank r is cat(gate.chunk(tp)[r], up.chunk(tp)[r]) (gated linear unit).
 - linear_proj and linear_fc2 are row-parallel: split along their input dimension.
-- word embeddings and the output layer are split by vocabulary rows; norms are replicated.
+- word embeddings and the output layer are split by vocabulary rows; norms are replicated. A vocabulary that
+  tp does not divide is padded with zero rows to LlamaArch.padded_vocab_size(tp) first, and cut back on the way out.
 Names are local to a pipeline stage: stage s of p holds layers s*L/p .. (s+1)*L/p - 1, numbered from 0.
 Mixture of experts (tp=1): the router (HF `gate`) is replicated; expert rank r of ep holds experts
 r*E/ep .. (r+1)*E/ep - 1 as megatron's sequential experts `mlp.experts.local_experts.{j}`, numbered from 0,
@@ -57,6 +58,17 @@ def shard(tensor: torch.Tensor, dim: int, rank: int, size: int) -> torch.Tensor:
 
 def shard_fc1(gate: torch.Tensor, up: torch.Tensor, rank: int, size: int) -> torch.Tensor:
     return torch.cat([shard(gate, 0, rank, size), shard(up, 0, rank, size)], dim=0)
+
+
+def pad_vocab(rows: torch.Tensor, padded: int) -> torch.Tensor:
+    """An embedding or output layer [vocab, hidden] with zero rows up to `padded` (itself where none are needed)."""
+    extra = padded - rows.shape[0]
+    return rows if extra == 0 else torch.cat([rows, rows.new_zeros(extra, *rows.shape[1:])], dim=0)
+
+
+def unpad_vocab(rows: torch.Tensor, arch: LlamaArch) -> torch.Tensor:
+    """The model's own vocabulary rows of a (maybe padded) embedding or output layer."""
+    return rows if rows.shape[0] == arch.vocab_size else rows[: arch.vocab_size].contiguous()
 
 
 def unshard_fc1(shards: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,12 +159,13 @@ def hf_to_megatron(hf: Mapping[str, torch.Tensor], arch: LlamaArch, tp_rank: int
     arch.check_layout(tp_size, pp_size, ep_size)
     out: dict[str, torch.Tensor] = {}
     first, last = pp_rank == 0, pp_rank == pp_size - 1
-    embed = hf["model.embed_tokens.weight"]
+    padded = arch.padded_vocab_size(tp_size)
+    embed = pad_vocab(hf["model.embed_tokens.weight"], padded)
     if first:
         out["embedding.word_embeddings.weight"] = shard(embed, 0, tp_rank, tp_size)
     if last:
         out["decoder.final_layernorm.weight"] = hf["model.norm.weight"].clone()
-        head = embed if arch.tie_word_embeddings else hf["lm_head.weight"]
+        head = embed if arch.tie_word_embeddings else pad_vocab(hf["lm_head.weight"], padded)
         if not (arch.tie_word_embeddings and first):  # tied and on one stage: the embedding is the head
             out["output_layer.weight"] = shard(head, 0, tp_rank, tp_size)
     groups_per_rank = arch.num_kv_heads // tp_size
@@ -207,11 +220,11 @@ def megatron_to_hf(shards: Mapping[tuple[int, ...], Mapping[str, torch.Tensor]],
             return torch.cat(parts, dim=1)
         raise ValueError(layout)
 
-    hf["model.embed_tokens.weight"] = gathered(0, "embedding.word_embeddings.weight")
+    hf["model.embed_tokens.weight"] = unpad_vocab(gathered(0, "embedding.word_embeddings.weight"), arch)
     last = pp_size - 1
     hf["model.norm.weight"] = gathered(last, "decoder.final_layernorm.weight")
     if not arch.tie_word_embeddings:
-        hf["lm_head.weight"] = gathered(last, "output_layer.weight")
+        hf["lm_head.weight"] = unpad_vocab(gathered(last, "output_layer.weight"), arch)
     for pp in range(pp_size):
         for local, layer in enumerate(stage_layers(arch, pp, pp_size)):
             h, m = HF_LAYER.format(layer), MG_LAYER.format(local)

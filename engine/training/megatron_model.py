@@ -81,11 +81,11 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     megatron_cpu.apply()
-    return GPTModel(
+    model = GPTModel(
         config=transformer_config(arch, tp, pp, dtype, ep),
         transformer_layer_spec=get_gpt_layer_local_spec(num_experts=arch.num_experts or None, moe_grouped_gemm=False,
                                                         normalization="RMSNorm", qk_layernorm=arch.qk_norm),
-        vocab_size=arch.vocab_size,
+        vocab_size=arch.padded_vocab_size(tp),
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pp_rank == 0,
         post_process=pp_rank == pp - 1,
@@ -96,6 +96,33 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
         rope_scaling_factor=arch.rope_scaling_factor or 8.0,
         parallel_output=True,
     )
+    if pp_rank == pp - 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
+        mask_padded_vocab(model.output_layer, arch, tp)
+    return model
+
+
+PADDED_LOGIT = -1e9
+"""The logit of a padded vocabulary id: its softmax probability is exactly 0 in fp32 and bf16, and, finite, it keeps
+p * logit (the entropy) at 0 where -inf would make it nan."""
+
+
+def mask_padded_vocab(output_layer: torch.nn.Module, arch: LlamaArch, tp: int) -> None:
+    """Make the output layer's logits of the padding ids (vocab_size and up) PADDED_LOGIT on the TP ranks that hold them,
+    so that log-probs, entropies and every softmax over the vocabulary are the unpadded model's. A critic replaces
+    this output layer with its value head, and the hook with it."""
+    from megatron.core import parallel_state as ps
+
+    per_rank = arch.padded_vocab_size(tp) // tp
+    first = max(0, arch.vocab_size - ps.get_tensor_model_parallel_rank() * per_rank)  # this rank's first padding column
+    if first >= per_rank:
+        return
+
+    def hook(module: torch.nn.Module, args: object, output: tuple[torch.Tensor, object]) -> tuple[torch.Tensor, object]:
+        logits, bias = output
+        padding = torch.arange(first, per_rank, device=logits.device)
+        return logits.index_fill(-1, padding, PADDED_LOGIT), bias
+
+    output_layer.register_forward_hook(hook)
 
 
 def causal_mask(seq_len: int, device: torch.device | str = "cpu") -> torch.Tensor:

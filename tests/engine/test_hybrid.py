@@ -105,6 +105,27 @@ def test_a_vocabulary_vllm_would_split_differently_is_refused_for_rollout_replic
         Resharder(arch, 2, 1, 0, 0, ranks, None, tg=4)
 
 
+def test_a_padded_vocabulary_travels_padded_and_reaches_vllm_cut_back() -> None:
+    """A vocabulary tp does not divide is held padded (zero rows) by the training shards: the plan moves those
+    shards, vLLM gets the model's own rows, and a rollout tp that would split the padding is refused."""
+    from dataclasses import replace
+
+    from kuberl.engine.hybrid.reshard import Resharder
+
+    arch = replace(SMOLLM2, num_kv_heads=2, num_heads=8, vocab_size=49152 + 1, tie_word_embeddings=False)  # 49408 rows at tp=2
+    units = {u.name: u for u in transfer_units(arch, 2, 1)}
+    assert [p.shape for p in units["embedding.word_embeddings.weight"].pieces] == [(24704, 576)] * 2
+    ranks = {(0, 0): 0, (0, 1): 1}
+    with pytest.raises(ValueError, match="padded to 49408"):
+        Resharder(arch, 2, 1, 0, 0, ranks, None, tg=2)
+    small = replace(arch, hidden_size=2)
+    pieces = [torch.arange(24704 * 2.0).reshape(24704, 2) + 1e6 * t for t in range(2)]
+    for unit, hf_name in ((units["embedding.word_embeddings.weight"], "model.embed_tokens.weight"),
+                          (units["output_layer.weight"], "lm_head.weight")):
+        [(name, tensor, dim)] = list(Resharder(small, 2, 1, 0, 0, ranks, None, tg=1)._to_hf(unit, pieces))
+        assert (name, dim) == (hf_name, 0) and torch.equal(tensor, torch.cat(pieces)[:49153])
+
+
 def test_the_plan_covers_the_model_once() -> None:
     units = transfer_units(SMOLLM2, 3, 2)
     sharded, replicated = sharded_and_replicated(units)

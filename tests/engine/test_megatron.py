@@ -47,6 +47,9 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
             for name, weight in model.named_parameters():
                 if name.endswith(("q_norm.weight", "k_norm.weight")):
                     weight.copy_(1 + 0.5 * torch.randn_like(weight))
+    elif kind == "padded":  # a vocabulary of 251 (a prime): tp=2 pads it to 256 rows, the padding ids masked
+        config = transformers.LlamaConfig(**{**common, "vocab_size": 251}, tie_word_embeddings=False)
+        model = transformers.LlamaForCausalLM(config)
     elif kind == "mistral":  # Llama's shape under another name; no sliding window (a binding one is refused)
         config = transformers.MistralConfig(**common, sliding_window=None, tie_word_embeddings=False)
         model = transformers.MistralForCausalLM(config)
@@ -54,12 +57,12 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
         config = transformers.Qwen2Config(**common, tie_word_embeddings=True)
         model = transformers.Qwen2ForCausalLM(config)
     model = model.float()
-    ids = torch.randint(0, 256, (2, 16))
+    ids = torch.randint(0, config.vocab_size, (2, 16))
     path = directory / f"{kind}.pt"
     torch.save({"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in model.state_dict().items()},
                 "input_ids": ids, **({"position_ids": positions} if positions is not None else {})}, path)
     logits = model(ids, position_ids=positions).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), torch.roll(ids, -1, dims=1).reshape(-1))
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, config.vocab_size), torch.roll(ids, -1, dims=1).reshape(-1))
     loss.backward()
     reference = {"logits": logits.detach(), "loss": loss.detach(),
                  "grads": {n: p.grad.detach() for n, p in model.named_parameters()}}
@@ -91,7 +94,7 @@ def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Pat
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     directory = tmp_path_factory.mktemp("models")
-    return {kind: make_model(kind, directory) for kind in ("llama", "qwen2", "llama3", "qwen3", "mistral")}
+    return {kind: make_model(kind, directory) for kind in ("llama", "qwen2", "llama3", "qwen3", "mistral", "padded")}
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +111,7 @@ def _batch_first(logits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 # only known to its ulp, 9000 x 2^-24 ~ 5e-4 rad, and transformers and megatron-core compute it in other orders:
 # the llama3 model's logits (up to ~6 with its larger init) agree to about 1e-4 of their size, not 1e-5.
 TOLERANCE = {"llama": (1e-4, 1e-5, 1e-5), "qwen2": (1e-4, 1e-5, 1e-5), "qwen3": (1e-4, 1e-5, 1e-5), "mistral": (1e-4, 1e-5, 1e-5),
-             "llama3": (2e-3, 2e-4, 2e-3)}
+             "padded": (1e-4, 1e-5, 1e-5), "llama3": (2e-3, 2e-4, 2e-3)}
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "llama3", "qwen3", "mistral"])
@@ -127,7 +130,7 @@ def test_one_process_matches_transformers(models, single, kind: str) -> None:
 @pytest.mark.parametrize(
     ("kind", "tp", "pp", "dp"),
     [("llama", 2, 1, 1), ("llama", 1, 2, 1), ("llama", 2, 2, 1), ("llama", 1, 1, 2), ("qwen2", 2, 1, 1), ("qwen2", 1, 2, 1),
-     ("llama3", 2, 1, 1), ("qwen3", 2, 1, 1), ("qwen3", 1, 2, 1)],
+     ("llama3", 2, 1, 1), ("qwen3", 2, 1, 1), ("qwen3", 1, 2, 1), ("padded", 2, 1, 1), ("padded", 2, 2, 1)],
     ids=lambda v: str(v),
 )
 def test_parallel_layout_matches_one_process(models, single, tmp_path: Path, kind: str, tp: int, pp: int, dp: int) -> None:
@@ -171,7 +174,7 @@ def test_qkv_fuse_groups_queries_with_their_key_and_value() -> None:
     assert all(torch.equal(a, b) for a, b in zip(split_qkv(fuse_qkv(q, k, v, arch), arch), (q, k, v)))
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral", "padded"])
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
 def test_conversion_round_trip_is_exact(models, kind: str, tp: int, pp: int) -> None:
     blob = torch.load(models[kind][0], weights_only=False)
@@ -181,6 +184,46 @@ def test_conversion_round_trip_is_exact(models, kind: str, tp: int, pp: int) -> 
     expected = {k: v for k, v in blob["state_dict"].items() if not (arch.tie_word_embeddings and k == "lm_head.weight")}
     assert set(back) == set(expected)
     assert all(torch.equal(back[k], v) for k, v in expected.items())
+
+
+def test_a_vocabulary_tp_does_not_divide_is_padded_with_zero_rows(models) -> None:
+    """Megatron-LM's padding (to a multiple of 128 x tp), only where tp does not divide the vocabulary; the round trip
+    above (kind padded) cuts it back off bit-equal, and the parallel layouts show the padding ids' logits masked."""
+    blob = torch.load(models["padded"][0], weights_only=False)
+    arch = LlamaArch.from_hf_config(blob["hf_config"])
+    assert [arch.padded_vocab_size(tp) for tp in (1, 2, 3)] == [251, 256, 384]
+    llama = LlamaArch.from_hf_config(torch.load(models["llama"][0], weights_only=False)["hf_config"])
+    assert llama.padded_vocab_size(2) == llama.vocab_size == 256  # a vocabulary tp divides keeps its layout
+    last = hf_to_megatron(blob["state_dict"], arch, tp_rank=1, tp_size=2)  # rows 128..255 of the padded 256
+    for name, hf_name in (("embedding.word_embeddings.weight", "model.embed_tokens.weight"), ("output_layer.weight", "lm_head.weight")):
+        assert last[name].shape == (128, 64)
+        assert torch.equal(last[name][:123], blob["state_dict"][hf_name][128:]) and not last[name][123:].any()
+
+
+PADDED_SOFTMAX_CHECK = """
+import torch, torch.distributed as dist
+from megatron.core import parallel_state as ps
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d", rank=0, world_size=1)
+ps.initialize_model_parallel()
+from kuberl.engine.training.megatron_model import PADDED_LOGIT
+from kuberl.engine.training.policy import vocab_parallel_entropy
+from kuberl.engine.training.token_stats import vocab_parallel_sum_pi_squared
+x = torch.randn(4, 251, generator=torch.Generator().manual_seed(0)) * 3
+for dtype in (torch.float32, torch.bfloat16):
+    padded = torch.cat([x, torch.full((4, 5), PADDED_LOGIT)], -1).to(dtype)
+    for f in (vocab_parallel_entropy, vocab_parallel_sum_pi_squared):
+        got, want = f(padded), f(x.to(dtype))
+        # Equal but for the order of the float sums over 256 logits instead of 251: a few ulps of fp32.
+        assert torch.isfinite(got).all() and torch.allclose(got, want, rtol=1e-6, atol=0), (f.__name__, dtype, got - want)
+print("equal")
+"""
+
+
+def test_masked_padding_leaves_entropy_and_the_sum_of_squared_probabilities_alone() -> None:
+    """The entropy term and the optimal token baseline read every logit of the vocabulary: the padding ids' masked
+    logits add exactly nothing to either (a -inf would make the entropy nan), in fp32 and bf16."""
+    done = subprocess.run([sys.executable, "-c", PADDED_SOFTMAX_CHECK % free_port()], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "equal", done.stderr[-3000:]
 
 
 def test_layouts_that_do_not_split_evenly_are_refused() -> None:

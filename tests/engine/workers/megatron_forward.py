@@ -41,7 +41,7 @@ def main() -> None:
 
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.models.convert import hf_to_megatron, megatron_to_hf
-    from kuberl.engine.training.megatron_model import build_gpt_model, causal_mask
+    from kuberl.engine.training.megatron_model import PADDED_LOGIT, build_gpt_model, causal_mask
 
     ps.initialize_model_parallel(tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
                                  expert_model_parallel_size=args.ep)
@@ -90,7 +90,10 @@ def main() -> None:
         logits = model(ids, positions, causal_mask(seq), labels=None)
         if ps.is_pipeline_last_stage():
             from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region, vocab_parallel_cross_entropy
-            captured["logits"] = gather_from_tensor_model_parallel_region(logits).detach().clone()
+            full = gather_from_tensor_model_parallel_region(logits).detach().clone()
+            # A vocabulary tp does not divide is padded: the padding ids' logits are masked, and not the model's.
+            assert (full[..., arch.vocab_size:] == PADDED_LOGIT).all(), "the padded vocabulary's logits are not masked"
+            captured["logits"] = full[..., :arch.vocab_size].contiguous()
             losses = vocab_parallel_cross_entropy(logits.float().transpose(0, 1).contiguous(), labels.transpose(0, 1).contiguous())
             return losses, loss_func
         return logits, loss_func
