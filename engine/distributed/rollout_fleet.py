@@ -1,7 +1,7 @@
 """The actor's side of a rollout role on ranks of its own (rollout.placement: separate).
 
 The controller (global rank 0) owns the rollout link. One thread of the controller walks it: every
-command (weights of a version, a batch to generate, save, stopping, stop) is sent and answered in the
+command (weights of a version, a batch to generate, stopping, stop) is sent and answered in the
 order it was submitted, so the gloo collectives of the link stay in step with the rollout ranks'
 while the main thread trains. A batch submitted now is generated with the last weights submitted
 before it; its tokens carry that version. Every actor rank calls the same methods in the same order
@@ -81,6 +81,7 @@ class RolloutFleet:
         self.version = -1
         """The version of the weights last submitted to the role (-1: none yet)."""
         self._syncs: list[Future] = []
+        self._stopping: Future | None = None
         self.model_bytes = float(sum(piece.numel() for bucket in resharder.plan for unit in bucket
                                      for piece in unit.pieces) * resharder.element_size)
         """The model's bytes in the switch plan: what one version's weights move to every rollout rank."""
@@ -142,9 +143,16 @@ class RolloutFleet:
 
     # -- the rest of the role's commands ------------------------------------------------------------
 
-    def call(self, command: str, payload: Any = None) -> Future | None:
-        """Any other command (save, stopping), after those already submitted (controller; None elsewhere)."""
-        return self.thread.submit(self._call, command, payload) if self.is_controller else None
+    def stopping(self) -> bool:
+        """Whether a rollout rank was signalled to stop, by the last answer that has come (controller).
+        Never waits: the question queues behind the batches on their way, so the answer is asked now
+        and read at a later step boundary."""
+        answer = False
+        if self._stopping is not None and self._stopping.done():
+            answer, self._stopping = bool(self._stopping.result()), None
+        if self._stopping is None and self.is_controller:
+            self._stopping = self.thread.submit(self._call, "stopping", None)
+        return answer
 
     def stop(self, completed: bool) -> None:
         if self.is_controller:

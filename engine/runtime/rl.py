@@ -110,6 +110,8 @@ class RLRun:
         if self.separate:  # roles.rollout generates; the whole model goes to it after every update
             self.resharder = build_resharder(files, self.actor.place, 1)
             self.fleet = RolloutFleet(rollout_link, self.resharder, self.actor, self.is_controller, self.world)
+            fleet = config.roles["rollout"]
+            self.fleet_ranks = range(fleet.rank_offset, fleet.rank_offset + fleet.ranks)
             self.pipeline = GenerationPipeline(self.fleet, max_staleness(config), self.total_steps)
 
         self.metrics = RunMetrics(config.job, config.metrics_port, run_dir / "metrics.jsonl") if self.is_controller else None
@@ -185,14 +187,16 @@ class RLRun:
         dist.barrier()
         for link in self.links.values():
             link.send("save", {"step": self.step})
-        saving = self.fleet.call("save", {"step": self.step}) if self.fleet is not None else None
         ckpt.write_part(self.checkpoints, self.step, self.rank, state)
+        if self.fleet is not None and self.is_controller:
+            # The rollout ranks hold nothing to resume (their engines start from the model, weights
+            # follow): the controller writes their parts, without waiting behind the batches on their way.
+            for rank in self.fleet_ranks:
+                ckpt.write_part(self.checkpoints, self.step, rank, {"role": "rollout"})
         dist.barrier()
         if self.is_controller:
             for link in self.links.values():
                 link.result()
-            if saving is not None:
-                saving.result()
             ckpt.commit(self.checkpoints, self.step, self.config.world_size, keep=self.config.trainer.checkpoint.keep,
                         meta={"job": self.config.job, "algorithm": self.config.algorithm.name,
                               **(lora_run.base_reference(self.folder, self.hf_config, self.lora) if self.lora else {})})
@@ -263,7 +267,7 @@ class RLRun:
             for link in self.links.values():
                 wanted = link.call("stopping") or wanted
             if self.fleet is not None:
-                wanted = self.fleet.call("stopping").result() or wanted
+                wanted = self.fleet.stopping() or wanted
         return agree(wanted)
 
     def _publish(self, record: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ Commands over the role's link (distributed/rollout_fleet.py sends them, in order
 policy version arrives bucket by bucket, distributed/weight_stream.py, and is loaded in place),
 "generate" (the rank's share of a batch's prompts, seeded as the actor's own replicas would be; the
 role's first rank replies with every completion, each token stamped with the version this role
-held), "save" (each rank writes its empty part of the step's checkpoint), "stopping", "stop".
+held), "stopping", "stop". The ranks keep nothing to resume: the controller writes their (empty)
+parts of each checkpoint, and a resumed run sends its weights before the first batch.
 """
 
 from __future__ import annotations
@@ -23,9 +24,7 @@ from ..distributed.role_link import RoleFailure, RoleLink
 from ..distributed.role_worlds import RoleWorld
 from ..distributed.rollout_fleet import GenerateRequest
 from ..distributed.weight_stream import receive_buckets
-from . import checkpoint as ckpt
 from .builders import model_files
-from .checkpoint import checkpoint_root
 from .stopping import StopRequest, agree
 
 log = logging.getLogger("kuberl.engine")
@@ -38,7 +37,6 @@ class RolloutWorker:
 
         self.config, self.world = config, world
         self.link = RoleLink("rollout", world.links["rollout"])
-        self.checkpoints = checkpoint_root(config, base_dir)
         spec = config.rollout
         assert spec is not None
         files = model_files(config, base_dir)
@@ -79,11 +77,6 @@ class RolloutWorker:
             raise RuntimeError(f"asked to generate with version {request.version}, but this engine holds version {self.version}")
         completions = self.generator.generate(request.prompts, request.sampling, request.seed + self.replica)
         return [replace(c, versions=(self.version,) * len(c.token_ids)) for c in completions]
-
-    def _save(self, payload: dict[str, Any]) -> str:
-        ckpt.write_part(self.checkpoints, payload["step"], self.world.global_rank, {"role": "rollout"})
-        dist.barrier()
-        return "written"
 
     def _stopping(self, payload: None) -> bool:
         return agree(self.stop.requested)

@@ -92,3 +92,31 @@ def test_max_staleness_generates_ahead_within_the_bound_and_corrects_with_behavi
     assert steps[0]["rollout/mismatch_kl"] < min(r["rollout/mismatch_kl"] for r in steps[1:])
     # The ranks that train never generated: the actor's log says nothing of vLLM's engine.
     assert "role rollout ready" in (run / "logs" / "rank-2.log").read_text()
+
+
+def test_a_stopped_async_run_resumes_and_finishes_with_nothing_lost(make_job, start_training, kuberl_cli: str) -> None:
+    import signal
+
+    from kuberl.engine.runtime.checkpoint import complete_steps
+
+    steps = 8
+    job, run = make_job("stopped", steps=steps, rollout={"placement": "separate"}, roles=SEPARATE, checkpoint_interval=1000,
+                        algorithm={"name": "grpo", "async": {"maxStaleness": 1}})
+    proc, _ = start_training(job, run)  # step 1 is done; the batch of step 2 is on its way
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+    stopped_at = records(run)[-1]["step"]
+    assert 1 <= stopped_at < steps
+    assert complete_steps(run / "ckpt") == [stopped_at]
+    assert len(list((run / "ckpt" / f"step-{stopped_at:08d}").glob("rank-*.pt"))) == 4  # the rollout ranks' parts too
+    run_one_thread(kuberl_cli, job, run)
+    done = records(run)
+    assert [r["step"] for r in done] == list(range(1, steps + 1))  # nothing lost, nothing done twice
+    # The resumed run asks for its first batch afresh (with its own weights), then runs one ahead again.
+    resumed = done[stopped_at:]
+    assert resumed[0]["staleness"] == 0 and all(r["staleness"] == 1 for r in resumed[1:])
