@@ -143,16 +143,26 @@ def test_buckets_are_bounded_and_keep_order() -> None:
         assert size <= bucket_bytes or len(group) == 1  # only a single oversized unit may exceed it
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory) -> tuple[Path, LlamaArch]:
+def _tiny(directory: Path, vocab_size: int) -> tuple[Path, LlamaArch]:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+    config = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                       tie_word_embeddings=False)
-    path = tmp_path_factory.mktemp("reshard") / "model.pt"
+    path = directory / "model.pt"
     state = transformers.LlamaForCausalLM(config).float().state_dict()
     torch.save({"hf_config": config.to_dict(), "state_dict": state}, path)
     return path, LlamaArch.from_hf_config(config.to_dict())
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> tuple[Path, LlamaArch]:
+    return _tiny(tmp_path_factory.mktemp("reshard"), 256)
+
+
+@pytest.fixture(scope="module")
+def padded_model(tmp_path_factory) -> tuple[Path, LlamaArch]:
+    """A vocabulary of 251, which tp=2 holds padded to 256 rows."""
+    return _tiny(tmp_path_factory.mktemp("reshard-padded"), 251)
 
 
 def run(model_path: Path, out: Path, tp: int, pp: int, *extra: str) -> list[dict]:
@@ -182,7 +192,16 @@ def expected_bytes(units, tp: int, pp: int, tg: int, stage: int, tp_rank: int) -
 @pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)],
                          ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"])
 def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
-    path, arch = model
+    _check_switch(*model, tmp_path, tp, pp, tg)
+
+
+@pytest.mark.slow
+def test_switch_moves_a_padded_vocabulary_and_hands_over_the_model_s_rows(padded_model, tmp_path: Path) -> None:
+    """The padded shards travel (the formula's bytes count them) and every rank gets the model's own 251 rows, exact."""
+    _check_switch(*padded_model, tmp_path, 2, 2, 1)
+
+
+def _check_switch(path: Path, arch: LlamaArch, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     results = run(path, tmp_path / "out", tp, pp, "--tg", str(tg), "--bucket-bytes", str(64 << 10), "--with-naive")
     units = transfer_units(arch, tp, pp)
     sharded, _ = sharded_and_replicated(units)
