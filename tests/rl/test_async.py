@@ -120,3 +120,20 @@ def test_a_stopped_async_run_resumes_and_finishes_with_nothing_lost(make_job, st
     # The resumed run asks for its first batch afresh (with its own weights), then runs one ahead again.
     resumed = done[stopped_at:]
     assert resumed[0]["staleness"] == 0 and all(r["staleness"] == 1 for r in resumed[1:])
+
+
+def test_a_killed_rollout_rank_ends_the_run_with_its_name(make_job, start_training) -> None:
+    import os
+    import signal
+
+    job, run = make_job("killed", steps=50, rollout={"placement": "separate"}, roles=SEPARATE,
+                        algorithm={"name": "grpo", "async": {"maxStaleness": 1}})
+    proc, pids = start_training(job, run)
+    try:
+        os.kill(pids["3"], signal.SIGKILL)  # the second rollout engine, mid-run
+        _, err = proc.communicate(timeout=120)  # no hang: the link fails on the controller's thread and ends the run
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert "rank 3 (role rollout) exited with code -9" in err
