@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import functools
 import json
 import os
 import time
@@ -64,7 +66,7 @@ class RLJobClient:
             else:
                 if path is None and not default.exists():
                     raise NoKubeconfigError(f"no kubeconfig: {default} does not exist; pass --kubeconfig (kubeconfig=) or set KUBECONFIG")
-                if kubeconfig is not None and not Path(path).is_file():
+                if kubeconfig is not None and not Path(kubeconfig).is_file():
                     raise ConfigError(f"no kubeconfig at {path}")
                 path = path or str(default)
                 contexts, current = config.list_kube_config_contexts(config_file=path)
@@ -123,6 +125,7 @@ class RLJobClient:
             return self._parse_live(created)
         except _Exists:
             pass
+        assert name is not None  # a job named by generateName alone never exists already
         live = self.get(name, namespace=namespace)
         # Both sides through the model, so that defaults the API server filled in compare equal to fields left out.
         before, after = live.spec.to_manifest(), job.spec.to_manifest()
@@ -163,7 +166,7 @@ class RLJobClient:
         found["items"] = sorted(found.get("items") or [], key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return found
 
-    def operators(self, namespace: str | None = None) -> list[OperatorDeployment]:
+    def operators(self, namespace: str | None = None) -> builtins.list[OperatorDeployment]:  # list: the method above
         """The kuberl operators the chart installed (its Deployments, found by their labels) in `namespace`, else in
         every namespace (ForbiddenError when the user may not list Deployments there)."""
         from kubernetes import client
@@ -216,11 +219,11 @@ class RLJobClient:
             what = " ".join(filter(None, [f"of role {role}" if role else "", f"running rank {rank}" if rank is not None else ""]))
             ranks = sorted(r for p in L.select_pods(pods, role, None) for r in L.pod_ranks(p))
             known = f" (its ranks: {ranks[0]}-{ranks[-1]})" if rank is not None and ranks else ""
-            phase = job.status.phase if job.status and job.status.phase else "not yet reconciled"
-            raise NotFoundError(f"{self.namespace}/{name} has no pod{' ' + what if what else ''}{known}: it is {phase}")
+            state = job.status.phase if job.status and job.status.phase else "not yet reconciled"
+            raise NotFoundError(f"{self.namespace}/{name} has no pod{' ' + what if what else ''}{known}: it is {state}")
         if len(chosen) == 1:
             return self._pod_log(chosen[0], follow, tail)
-        return L.merged([(L.pod_name(p), lambda p=p: self._pod_log(p, follow, tail)) for p in chosen])
+        return L.merged([(L.pod_name(p), functools.partial(self._pod_log, p, follow, tail)) for p in chosen])
 
     def suspend(self, name: str) -> RLJob:
         """runPolicy.suspend: the pods stop at a step boundary with a checkpoint and go; resume continues from it."""

@@ -57,7 +57,7 @@ def _power(base: Fraction, exponent: Fraction) -> Fraction:
 def _eval(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Expression):
         return _eval(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and (type(node.value) is int or type(node.value) is float):
         return _checked(Fraction(str(node.value)) if isinstance(node.value, float) else Fraction(node.value))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         value = _eval(node.operand)

@@ -120,7 +120,7 @@ def _cluster_api_addresses(service_host: str) -> frozenset[Address]:
 
 
 def _resolve(host: str, port: int) -> list[Address]:
-    return [ipaddress.ip_address(info[4][0].split("%", 1)[0])
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
             for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 

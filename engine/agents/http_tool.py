@@ -98,13 +98,15 @@ class HttpTool(Tool):
             raise _Failure(f"{urllib.parse.urlunsplit(url)} is not an http:// or https:// URL")
         kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         connection = kind(url.hostname, _origin(url)[2], timeout=max(0.001, deadline - time.monotonic()))
-        connection._create_connection = checked_connection(self.network)  # resolve once, check, connect to it
+        # Resolve once, check, connect to it. typeshed does not declare this hook (set in HTTPConnection.__init__).
+        connection._create_connection = checked_connection(self.network)  # type: ignore[attr-defined]
         return connection
 
 
 def _read(reply, limit: int, deadline: float) -> bytes | None:
     """The body up to `limit` bytes (None past it), giving up at `deadline` (a server that trickles)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         if time.monotonic() > deadline:
             raise TimeoutError

@@ -109,8 +109,10 @@ class SandboxBackend(ABC):
     name: str
     isolated: bool
     """Whether a kernel boundary (not only the audit hook) stands between the tool and the trainer."""
-    description: str
-    """What the isolation is, in words, for the run's log."""
+    @property
+    @abstractmethod
+    def description(self) -> str:
+        """What the isolation is, in words, for the run's log."""
 
     @abstractmethod
     def launch(self, request: dict[str, Any], limits: Limits, scratch: str) -> Launch: ...

@@ -45,7 +45,7 @@ def environment() -> dict[str, str]:
 def runtime_paths() -> list[str]:
     """The folders outside /usr the interpreter runs from: its installation and the virtual
     environment (each bound read-only at the path the interpreter knows it by)."""
-    paths = []
+    paths: list[str] = []
     for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
         if not p.startswith("/usr/") and p != "/usr" and p not in paths and not any(p.startswith(q + "/") for q in paths):
             paths.append(p)

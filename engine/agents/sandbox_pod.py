@@ -62,7 +62,7 @@ class PodBackend(SandboxBackend):
 
     def addresses(self) -> list[tuple[str, int]]:
         """The sandbox pods' (address, port), in a random order (the Service is headless: one per ready pod)."""
-        found = list(dict.fromkeys(info[4][0] for info in socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)))
+        found = list(dict.fromkeys(str(info[4][0]) for info in socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)))
         random.shuffle(found)
         return [(address, self.port) for address in found]
 

@@ -124,9 +124,10 @@ def apply() -> bool:
     from megatron.core.tensor_parallel import random as megatron_random
     from megatron.core.transformer import utils as transformer_utils
 
-    torch.cuda.current_device = _cpu_device
+    # Monkeypatches: the replacements' signatures differ from torch.cuda's on purpose (a CPU device, any device).
+    torch.cuda.current_device = _cpu_device  # type: ignore[assignment]
     torch.cuda.get_rng_state = _get_rng_state
-    torch.cuda.set_rng_state = _set_rng_state
+    torch.cuda.set_rng_state = _set_rng_state  # type: ignore[assignment]
     torch.cuda.manual_seed = _seed
     torch.cuda.manual_seed_all = _seed
     megatron_random._get_cuda_rng_state = _get_rng_state
@@ -135,8 +136,8 @@ def apply() -> bool:
     transformer_utils.get_default_causal_mask = _causal_mask
     fused_softmax.get_default_causal_mask = _causal_mask
     torch.cuda.synchronize = lambda *args, **kwargs: None
-    torch.Tensor.cuda = lambda self, *args, **kwargs: self
-    torch.Tensor.type = _cuda_type_names_for_megatron(torch.Tensor.type)
+    torch.Tensor.cuda = lambda self, *args, **kwargs: self  # type: ignore[method-assign]
+    torch.Tensor.type = _cuda_type_names_for_megatron(torch.Tensor.type)  # type: ignore[method-assign]
     # Without Transformer Engine, megatron-core 0.16.1's MoE router gating reads te_general_gemm, a name its
     # failed TE import never defined (NameError); None makes it take its torch.mm path.
     from megatron.core.transformer.moe import moe_utils
@@ -145,6 +146,6 @@ def apply() -> bool:
         moe_utils.te_general_gemm = None
     proxy = _TorchOnCpu()
     for name in _MODULES_WITH_CUDA_TENSORS:
-        importlib.import_module(name).torch = proxy
+        setattr(importlib.import_module(name), "torch", proxy)
     _applied = True
     return True

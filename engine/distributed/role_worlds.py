@@ -77,10 +77,10 @@ class ObjectLink:
             length = torch.tensor([data.numel()], dtype=torch.int64)
         else:
             length = torch.zeros(1, dtype=torch.int64)
-        self.group.broadcast([length], options).wait()
+        self.group.broadcast([length], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast
         if self.rank != root:
             data = torch.empty(int(length.item()), dtype=torch.uint8)
-        self.group.broadcast([data], options).wait()
+        self.group.broadcast([data], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast
         return obj if self.rank == root else pickle.loads(data.numpy().tobytes())
 
 

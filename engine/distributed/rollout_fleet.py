@@ -97,7 +97,7 @@ class RolloutFleet:
         buckets = gather_buckets(self.resharder, self.actor.megatron_state(), keep=self.is_controller)
         gathered = time.perf_counter() - started
         self.version = version
-        if self.is_controller:
+        if self.thread is not None:  # the controller
             self._syncs.append(self.thread.submit(self._send_weights, version, buckets, gathered))
 
     def _send_weights(self, version: int, buckets: list, gathered: float) -> dict[str, float]:
@@ -130,7 +130,7 @@ class RolloutFleet:
         """Generate `prompts` with the weights last synced (sync first); returns at once."""
         assert self.version >= 0, "sync the weights before the first batch"
         request = GenerateRequest(prompts, sampling, seed, self.version)
-        future = self.thread.submit(self._call, "generate", request) if self.is_controller else None
+        future = self.thread.submit(self._call, "generate", request) if self.thread is not None else None
         return Ticket(self.version, future)
 
     def result(self, ticket: Ticket) -> list[Completion]:
@@ -150,12 +150,13 @@ class RolloutFleet:
         answer = False
         if self._stopping is not None and self._stopping.done():
             answer, self._stopping = bool(self._stopping.result()), None
-        if self._stopping is None and self.is_controller:
+        if self._stopping is None and self.thread is not None:
             self._stopping = self.thread.submit(self._call, "stopping", None)
         return answer
 
     def stop(self, completed: bool) -> None:
-        if self.is_controller:
+        if self.thread is not None:  # the controller
+            assert self.link is not None
             self.thread.submit(self.link.send, "stop", {"completed": completed}).result()
             self.thread.shutdown()
 

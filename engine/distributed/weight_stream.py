@@ -102,4 +102,4 @@ def receive_buckets(link: ObjectLink, root: int = 0) -> Iterator[tuple[str, torc
 def _broadcast(link: ObjectLink, tensor: torch.Tensor, root: int) -> None:
     options = dist.BroadcastOptions()
     options.rootRank = root
-    link.group.broadcast([tensor], options).wait()
+    link.group.broadcast([tensor], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast

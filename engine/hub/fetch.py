@@ -56,7 +56,7 @@ def _fetch_online(field: str, source: WeightsSource, hub: Hub) -> FetchedRepo:
     repo = source.hub_id
     assert repo is not None
     api = HfApi(endpoint=hub.endpoint, token=hub.token or False)
-    info = api.repo_info(repo, revision=source.revision, files_metadata=True, timeout=request_timeout())
+    info = api.model_info(repo, revision=source.revision, files_metadata=True, timeout=request_timeout())
     commit = info.sha
     if commit is None or not COMMIT.fullmatch(commit):
         raise InitializationFailed("DownloadFailed", f"{field}.hubId {repo}: the hub at {hub.endpoint} named no commit "

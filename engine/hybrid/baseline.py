@@ -15,7 +15,7 @@ import torch.distributed as dist
 def naive_all_gather(local: Mapping[str, torch.Tensor], world: int) -> int:
     """All-gather this rank's flattened shard with every other rank's; returns the bytes received."""
     flat = torch.cat([t.flatten().float() for _, t in sorted(local.items())])
-    sizes: list[int | None] = [None] * world
+    sizes = [0] * world  # each rank's, filled in by the gather
     dist.all_gather_object(sizes, flat.numel())
     padded = torch.zeros(max(sizes))  # all_gather needs equal sizes: pipeline stages differ
     padded[: flat.numel()] = flat
