@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from kuberl.engine.config import RULE_ERROR_TYPE
 from kuberl.engine.config.base import PATTERN_MEANINGS
@@ -102,7 +103,9 @@ def rljobs_from_text(text: str, source: str) -> list[RLJob]:
 
 
 def rljob_documents_from_text(text: str, source: str) -> list[tuple[str, RLJob]]:
-    jobs, problems, kinds = [], [], []
+    jobs: list[tuple[str, RLJob]] = []
+    problems: list[Problem] = []
+    kinds: list[str] = []
     for doc in read_documents(text, source):
         if not is_rljob_document(doc.content):
             kind = doc.content.get("kind") if isinstance(doc.content, dict) else None
@@ -137,7 +140,7 @@ def problems_from_validation_error(exc: ValidationError, source: str, doc: Any) 
     return problems
 
 
-def _message(error: dict[str, Any], loc: tuple[Any, ...]) -> str:
+def _message(error: ErrorDetails, loc: tuple[Any, ...]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         api_name = _api_name(loc[:-1], loc[-1])

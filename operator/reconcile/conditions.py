@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from ..api import Condition, Phase, RLJobStatus
 
@@ -20,7 +21,7 @@ def set_phase(status: RLJobStatus, phase: Phase, reason: str, message: str, now:
         existing = by_type.get(kind)
         if existing is None and not active:
             continue
-        wanted = "True" if active else "False"
+        wanted: Literal["True", "False"] = "True" if active else "False"
         if existing is not None and existing.status == wanted:
             if active:
                 existing.reason, existing.message = reason, message
@@ -33,7 +34,7 @@ def set_phase(status: RLJobStatus, phase: Phase, reason: str, message: str, now:
     status.conditions = [by_type[k] for k in CONDITION_TYPES if k in by_type] + others
 
 
-def set_condition(status: RLJobStatus, kind: str, value: str, reason: str, message: str, now: datetime) -> None:
+def set_condition(status: RLJobStatus, kind: str, value: Literal["True", "False", "Unknown"], reason: str, message: str, now: datetime) -> None:
     """Set a condition that is not a phase; its transition time moves only when its status changes."""
     existing = next((c for c in status.conditions if c.type == kind), None)
     if existing is not None and existing.status == value:
