@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from kuberl.engine.config import SecretKeyRef
 from kuberl.engine.config.multi_turn import ToolSandboxSpec
 
-from .api import RLJob, RLJobSpec, kube_types
+from .api import PodGroupSpec, RLJob, RLJobSpec, kube_types
 from .problems import Problem
 
 # --- the contract: defaults, and the chart values that widen them ------------------------------------
@@ -87,7 +87,7 @@ class AdmissionPolicy:
 
 
 def _source_of(volume: kube_types.Volume) -> str:
-    return next(info.alias for name, info in type(volume).model_fields.items() if name != "name" and getattr(volume, name) is not None)
+    return next(info.alias or name for name, info in type(volume).model_fields.items() if name != "name" and getattr(volume, name) is not None)
 
 
 def _tolerates_control_plane(t: Any) -> bool:
@@ -113,6 +113,8 @@ def admission_problems(job: RLJob, source: str, policy: AdmissionPolicy = Admiss
                                     f"through the job; use a persistentVolumeClaim, or ask the cluster admin to add {kind} to the "
                                     f"chart value {VALUE_VOLUME_SOURCES}"))
     for role, pods in spec.roles.present().items():
+        if not isinstance(pods, PodGroupSpec):
+            continue  # roles.rollout (RolloutRoleSpec) sets none of what is checked here
         where = f"spec.roles.{role}"
         if pods.runtime_class_name is not None and pods.runtime_class_name not in policy.allowed_runtime_classes:
             allowed = ", ".join(policy.allowed_runtime_classes) or "none"

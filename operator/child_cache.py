@@ -239,6 +239,7 @@ class ChildCache:
     def __init__(self, api_client: client.ApiClient, namespaces: tuple[str, ...] = ()):
         self.namespaces = namespaces
         custom, core, batch = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+        self._calls: dict[str, list[Callable[..., Any]]]
         if namespaces:
             self._calls = {
                 "jobsets": [functools.partial(custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, ns, "jobsets")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import Executor
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -58,12 +58,14 @@ class ChildReader:
         progress = self._io.submit(self._progress, namespace, name)
         # The only batch Jobs of a job are its initializer's; whether it has one is fixed at creation (only
         # runPolicy may change).
-        jobs = (self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
-                if needs_initializer(job) else None)
-        trainer_jobs = self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},!{LABEL_COMPONENT}")
-        found = jobsets.result()["items"]
+        initializer_jobs = (self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
+                            if needs_initializer(job) else None)
+        own_jobs = self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},!{LABEL_COMPONENT}")
+        # The client types a custom object (a list here) as object: it is the JSON object the API sent.
+        found = cast(dict[str, Any], jobsets.result())["items"]
         workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
-        return Observed(jobsets=found, jobs=jobs.result() if jobs is not None else [], trainer_jobs=trainer_jobs.result(),
+        return Observed(jobsets=found, jobs=initializer_jobs.result() if initializer_jobs is not None else [],
+                        trainer_jobs=own_jobs.result(),
                         pods=pods.result(),
                         workloads=owned_by(workloads, found), progress=progress.result())
 
@@ -90,4 +92,4 @@ class ChildReader:
             if exc.status == 404:
                 return []
             raise
-        return found["items"]
+        return cast(dict[str, Any], found)["items"]  # a custom object list, typed object by the client

@@ -114,7 +114,7 @@ def _cmd_algorithms(args: argparse.Namespace) -> int:
 
     from kuberl.engine.config.algorithm import option_manifest_name
 
-    def options(entry: object) -> str:
+    def options(entry: A.AdvantageEstimator | A.PolicyLoss) -> str:
         """As a manifest spells them (advantage.options, policyLoss.options): camelCase, GAE's lambda as lambda."""
         shown = [option_manifest_name(name) + ("" if default is inspect.Parameter.empty else f"={json.dumps(default)}")
                  for name, default in entry.options.items()]

@@ -26,7 +26,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
@@ -144,7 +144,8 @@ class Reconciler:
         """Bring one RLJob one step closer to its desired state; returns when to look again."""
         namespace, name = key
         try:
-            raw = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            # The client types a custom object as object: it is the JSON object the API sent.
+            raw = cast(dict[str, Any], self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
         except ApiException as exc:
             if exc.status == 404:
                 self.metrics.observe_phase(key, None)
@@ -188,7 +189,7 @@ class Reconciler:
                 raise
             meta = raw["metadata"]
             try:
-                said = json.loads(exc.body).get("message") or exc.reason
+                said = json.loads(exc.body or "").get("message") or exc.reason
             except (TypeError, ValueError, AttributeError):
                 said = exc.reason
             log.info("%s/%s: an object went away while applying (%s); looking again", meta["namespace"], meta["name"], said)
@@ -345,7 +346,8 @@ class Reconciler:
             "status": decision.status.model_dump(mode="json", by_alias=True),
         }
         meta = raw["metadata"]
-        written = self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body)
+        written = cast(dict[str, Any], self.custom.patch_namespaced_custom_object_status(  # typed object by the client
+            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body))
         self._status_written[(meta["namespace"], meta["name"])] = written["metadata"]["resourceVersion"]
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], decision.status.phase, decision.message)
 

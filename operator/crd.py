@@ -69,8 +69,7 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], where: str) -> dict[str
         return converted
 
     if node.get("x-kubernetes-int-or-string"):
-        out = {k: v for k, v in node.items() if k in _KEPT}
-        return out
+        return {k: v for k, v in node.items() if k in _KEPT}
 
     if "anyOf" in node:
         branches = [b for b in node["anyOf"] if b.get("type") != "null"]

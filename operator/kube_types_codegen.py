@@ -93,7 +93,7 @@ def _annotation(tp: Any, wanted: list[type]) -> str:
     raise TypeError(f"no mapping for {tp!r}")
 
 
-def _class_source(model: type, wanted: list[type]) -> str:
+def _class_source(model: type[Any], wanted: list[type]) -> str:
     name = model.__name__
     doc = _first_sentence((model.__doc__ or "").strip().split("\n\n")[0])
     lines = [f"class {name[2:]}(SpecModel):", f'    """{doc}"""', ""]

@@ -51,13 +51,16 @@ def load_one(path: Path) -> RLJob:
 def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | None = None,
               threads: int | None = None, timeout_s: int | None = None, poll_s: float = 0.5) -> int:
     job = load_one(manifest)
+    name = job.metadata.name
+    if name is None:  # generateName alone: the API server names a job, nothing does here
+        raise ValueError(f"{manifest}: `kuberl run` needs the job's metadata.name")
     config = engine_config(job)
     master_port = free_port()
     updates: dict = {"master_port": master_port}
     if metrics_port is not None:
         updates["metrics_port"] = metrics_port or None
     config = config.model_copy(update=updates)
-    run_dir = (run_dir or Path("runs") / job.metadata.name).resolve()
+    run_dir = (run_dir or Path("runs") / name).resolve()
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     config_file = run_dir / "engine-config.json"
     config_file.write_text(config.model_dump_json(by_alias=True, indent=2))
@@ -65,7 +68,7 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     world = config.world_size
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
     ranks = [LocalRank(r, role, run_dir / "logs" / f"rank-{r}.log") for r, role in enumerate(config.rank_roles())]
-    print(f"kuberl run: {job.metadata.name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
+    print(f"kuberl run: {name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
           f"logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
     procs: list[subprocess.Popen] = []
     # Ctrl-C and SIGTERM reach every rank as SIGTERM (a second one of either stops them at once);
@@ -74,7 +77,7 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     for r in ranks:
         env = {**os.environ, "RANK": str(r.rank), "LOCAL_RANK": str(r.rank), "WORLD_SIZE": str(world),
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "KUBERL_CONFIG": str(config_file),
-               "KUBERL_ROLE": r.role, "KUBERL_JOB": job.metadata.name, "KUBERL_RUN_DIR": str(run_dir),
+               "KUBERL_ROLE": r.role, "KUBERL_JOB": name, "KUBERL_RUN_DIR": str(run_dir),
                "KUBERL_THREADS": str(per_rank_threads), "OMP_NUM_THREADS": str(per_rank_threads),
                **({"KUBERL_TIMEOUT_S": str(timeout_s)} if timeout_s else {})}
         log = open(r.log, "w")
@@ -83,6 +86,7 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
         if r.rank == 0:
             tee = subprocess.Popen(["tee", str(r.log)], stdin=subprocess.PIPE, stdout=sys.stderr, preexec_fn=_die_with_parent, start_new_session=True)
             proc = subprocess.Popen(cmd, env=env, stdout=tee.stdin, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, start_new_session=True)
+            assert tee.stdin is not None  # stdin=PIPE
             tee.stdin.close()  # the rank holds the pipe now; tee ends when the rank does
             log.close()
         else:

@@ -152,7 +152,8 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
     # The handler is a coroutine: it runs on the event loop, as the work queue must (a plain function
     # would run in kopf's thread pool, and an asyncio.Event is not to be set from another thread).
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    async def rljob_changed(namespace: str, name: str, meta: Any, type: str | None, **_: Any) -> None:
+    async def rljob_changed(namespace: str | None, name: str, meta: Any, type: str | None, **_: Any) -> None:
+        assert namespace is not None  # an RLJob is namespaced
         key = (namespace, name)
         # Our own status write coming back: the reconcile that made it has done what it calls for.
         if type == "MODIFIED" and reconciler.wrote(key, meta.get("resourceVersion")):

@@ -11,7 +11,7 @@ network plugin enforces NetworkPolicy.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from .children import LABEL_JOB, LABEL_ROLE, Owner
 
@@ -19,13 +19,13 @@ API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
 
 
-def trainer_peer(job_name: str, roles: list[str]) -> dict[str, Any]:
+def trainer_peer(job_name: str, roles: Sequence[str]) -> dict[str, Any]:
     """The job's trainer pods, as a NetworkPolicy peer (same namespace: no namespaceSelector)."""
     return {"podSelector": {"matchLabels": {LABEL_JOB: job_name},
                             "matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": sorted(roles)}]}}
 
 
-def network_policy(owner: Owner, roles: list[str], metrics_port: int | None,
+def network_policy(owner: Owner, roles: Sequence[str], metrics_port: int | None,
                    metrics_peers: tuple[dict[str, Any], ...]) -> dict[str, Any]:
     """The policy of the job `owner` whose pods of their own have `roles`. `metrics_port`: the engine's
     Prometheus port (None: monitoring off); `metrics_peers`: NetworkPolicy peers that may scrape it."""

@@ -10,7 +10,7 @@ tenant's object, or break it. So every object the operator would write is first 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .api import API_VERSION, KIND
 
@@ -55,7 +55,7 @@ def _owner_words(obj: Mapping[str, Any]) -> str:
     return f"its controller is {ref.get('kind', '?')} {ref.get('name', '?')} (uid {ref.get('uid', '?')})"
 
 
-def name_conflicts(desired: list[Mapping[str, Any]], found: Mapping[ObjectKey, Mapping[str, Any] | None],
+def name_conflicts(desired: Sequence[Mapping[str, Any]], found: Mapping[ObjectKey, Mapping[str, Any] | None],
                    uid: str) -> list[NameConflict]:
     """The desired objects whose name is held by an object that the RLJob `uid` does not control.
     `found`: what the API holds under each desired object's (kind, name); None or missing: absent."""

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kuberl.engine.config import EngineConfig, ParallelLayout, RoleTopology
 
-from .api import MASTER_PORT, InitializationStatus, RLJob
+from .api import MASTER_PORT, InitializationStatus, RLJob, RoleName
 from .children import CONFIG_FILE, LABEL_JOB, OperatorSettings, Owner, child_name
 from .initializer_job import initializer_job, needs_initializer
 from .jobset import jobset
@@ -47,12 +47,13 @@ class Plan:
     """The Job that fills the cache, for a job that names a hub repository."""
 
 
-def topology(job: RLJob) -> dict[str, RoleTopology]:
+def topology(job: RLJob) -> dict[RoleName, RoleTopology]:
     """Each role's ranks in the global world: roles with pods of their own, actor first, side by side."""
     roles = job.spec.roles
-    out: dict[str, RoleTopology] = {}
+    out: dict[RoleName, RoleTopology] = {}
     offset = 0
-    for name, role in roles.present().items():
+    for key, role in roles.present().items():
+        name = cast(RoleName, key)  # present() is keyed by ROLE_NAMES; its annotation says str
         colocated = getattr(role, "colocate_with", None)
         layout = roles.layout(name)
         out[name] = RoleTopology(

@@ -12,7 +12,7 @@ from kuberl.engine.config import EngineConfig
 from kuberl.engine.config.multi_turn import NODE_IP_ENV, TOOL_NETWORKS_ENV
 from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TRAINER_CONTAINER
 
-from .api import GPU_RESOURCE, MASTER_PORT, RLJob
+from .api import GPU_RESOURCE, MASTER_PORT, RLJob, RoleName
 from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
 from .cluster_rules import checkpoint_mount
 from .children import CONFIG_FILE, JOBSET_RESTART_LABEL, LABEL_JOB, LABEL_ROLE, TRAINER_UID, OperatorSettings, Owner, child_name
@@ -93,7 +93,7 @@ def master_addr(name: str, namespace: str) -> str:
     return f"{child_name(name, 'actor')}-0-0.{name}.{namespace}.svc"
 
 
-def replicated_job(job: RLJob, role: str, config: EngineConfig, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
     """One role's pods, as a replicated job of the job's JobSet: one indexed Job of `replicas` pods."""
     spec = job.spec
     name, namespace = owner.name, owner.namespace

@@ -22,7 +22,7 @@ job, so their (small, CPU-only) requests are outside the queue's quota.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from kuberl.engine.config.multi_turn import LINK_LOCAL, EgressDestinationSpec, ToolSandboxSpec
 
@@ -122,7 +122,7 @@ def egress_rules(box: ToolSandboxSpec) -> list[dict[str, Any]]:
     return rules
 
 
-def network_policy(owner: Owner, trainer_roles: list[str], box: ToolSandboxSpec | None = None) -> dict[str, Any]:
+def network_policy(owner: Owner, trainer_roles: Sequence[str], box: ToolSandboxSpec | None = None) -> dict[str, Any]:
     """Only the job's trainer pods reach the sandbox port; the sandbox pods reach only what the job
     names in rollout.multiTurn.sandbox.egress and dns (by default Egress with no rule: not the API
     server, not DNS, not the trainers, not the internet)."""
@@ -139,7 +139,7 @@ def network_policy(owner: Owner, trainer_roles: list[str], box: ToolSandboxSpec 
     }
 
 
-def sandbox_objects(job: RLJob, settings: OperatorSettings, owner: Owner, trainer_roles: list[str]) -> list[dict[str, Any]]:
+def sandbox_objects(job: RLJob, settings: OperatorSettings, owner: Owner, trainer_roles: Sequence[str]) -> list[dict[str, Any]]:
     """The job's sandbox Deployment, Service and NetworkPolicy (none when its tools run no code).
     The NetworkPolicy is there even where the chart turns the jobs' own off: it is the sandbox's wall."""
     if not wants_sandbox_pods(job):

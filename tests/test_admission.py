@@ -360,3 +360,11 @@ def test_the_policy_holds_the_tool_sandbox_pods_runtime_class_to_the_same_allow_
     doc["spec"]["rollout"]["multiTurn"] = {"sandbox": {"runtimeClassName": "kata"}}  # what the API server passes on
     assert static_verdicts(doc, AdmissionPolicy()) == [True, True, False, True, True, True, True]
     assert all(static_verdicts(doc, AdmissionPolicy(allowed_runtime_classes=("gvisor", "kata"))))
+
+
+def test_a_rollout_role_of_its_own_is_checked_without_error() -> None:
+    # roles.rollout (placement: separate) has none of a pod group's runtimeClassName, annotations or tolerations.
+    doc = base()
+    doc["spec"]["rollout"]["placement"] = "separate"
+    doc["spec"]["roles"]["rollout"] = {"replicas": 1}
+    assert problems(doc) == []

@@ -175,7 +175,7 @@ class Walk:
             row.notes += _checks(node)
             return
         embedded = _embedded(inner)
-        child = node.get("items") if kind.startswith("list") else node.get("additionalProperties") if kind.startswith("map") else node
+        child: dict[str, Any] = node["items"] if kind.startswith("list") else node["additionalProperties"] if kind.startswith("map") else node
         child_path = path + ("[]" if kind.startswith("list") else "[name]" if kind.startswith("map") else "")
         if embedded is not None:
             what, url = EMBEDDED[embedded]
@@ -218,7 +218,7 @@ def attach_rules(walk: Walk) -> None:
                 while target not in walk.rows and "." in target:  # a rule of an embedded type: its field's row
                     target = target.removesuffix("[]") if target.endswith("[]") else target.rsplit(".", 1)[0]
                 walk.rows[target].notes.append(text)
-            mentioned = {_resolve(walk, path, m) for m in _MENTION.findall(rule.message)} - {None, target}
+            mentioned = {r for m in _MENTION.findall(rule.message) if (r := _resolve(walk, path, m)) is not None} - {target}
             for other in sorted(mentioned):
                 walk.rows[other].notes.append(f"{text} (a rule of [{target}](#{anchor(target)}))")
 

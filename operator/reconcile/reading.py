@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TrainerFailure, read_failure
 
@@ -130,7 +130,7 @@ def of_attempt(objects: list[dict[str, Any]], jobset: dict[str, Any] | None, bac
     return [o for o in objects if o["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
 
 
-def failed_pod(pods: list[dict[str, Any]], trainer_jobs: list[dict[str, Any]] = ()) -> str | None:
+def failed_pod(pods: list[dict[str, Any]], trainer_jobs: Sequence[dict[str, Any]] = ()) -> str | None:
     """A sentence naming the failed pod that most likely started the failure, if any. A pod already gone (deleted,
     its node lost) is found through its role's Job, which JobSet's restart has not yet removed: that is preferred
     to a pod that the Job controller only stopped after it."""
@@ -150,7 +150,7 @@ def _pod_sentence(pod: dict[str, Any]) -> str:
     return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
 
 
-def failed_role_job(trainer_jobs: list[dict[str, Any]]) -> tuple[str, str] | None:
+def failed_role_job(trainer_jobs: Sequence[dict[str, Any]]) -> tuple[str, str] | None:
     """(role, what its Job says) of the first of the JobSet's Jobs that failed (a failed pod fails its Job at once:
     the Job keeps the record when the pod itself is gone)."""
     for job in sorted(trainer_jobs, key=lambda j: j["metadata"].get("creationTimestamp", "")):
@@ -162,7 +162,7 @@ def failed_role_job(trainer_jobs: list[dict[str, Any]]) -> tuple[str, str] | Non
 
 
 def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict[str, Any], ended: int,
-                   trainer_jobs: list[dict[str, Any]] = ()) -> None:
+                   trainer_jobs: Sequence[dict[str, Any]] = ()) -> None:
     """Keep how the job's attempt number `ended` ended in the status (the newest MAX_FAILURES), once per attempt:
     the pod blamed for it and its last words, read before the gang restart takes the pods away. The pods carry
     JobSet's own count, which starts again with a JobSet made again after a suspension."""
@@ -174,9 +174,9 @@ def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict
     attempt_jobs = [j for j in trainer_jobs if j["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
     lost = failed_role_job(attempt_jobs)
     if lost is not None and not (failed and _failed_by_itself(failed[0])):
-        role, said = lost  # no pod that failed by itself is left to read: its role's Job says what happened
+        role, job_says = lost  # no pod that failed by itself is left to read: its role's Job says what happened
         status.failures = [*status.failures, AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost",
-                                                            message=said[:4096])][-MAX_FAILURES:]
+                                                            message=job_says[:4096])][-MAX_FAILURES:]
         return
     if not failed:
         return

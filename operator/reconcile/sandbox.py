@@ -23,5 +23,5 @@ def sandbox_deletions(job: RLJob, phase: str | None) -> tuple[str, ...]:
     if not wants_sandbox_pods(job):
         return ()
     if phase in TERMINAL or job.spec.run_policy.suspend:
-        return (f"{SANDBOX_KIND}/{sandbox_name(job.metadata.name)}",)
+        return (f"{SANDBOX_KIND}/{sandbox_name(job.metadata.name or '')}",)
     return ()
