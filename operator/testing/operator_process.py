@@ -37,6 +37,7 @@ class OperatorProcess:
         eventually(self.healthy, 30, "the operator's health endpoint")
 
     def healthy(self) -> bool:
+        assert self.proc is not None, "start() first"
         if self.proc.poll() is not None:
             raise AssertionError(f"the operator exited ({self.proc.returncode}):\n{self.log.read_text()[-3000:]}")
         try:
@@ -50,6 +51,7 @@ class OperatorProcess:
             return r.read().decode()
 
     def kill(self) -> None:
+        assert self.proc is not None, "start() first"
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
 

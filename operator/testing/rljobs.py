@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -59,9 +59,11 @@ def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
 
 def trainer_token(plane, namespace: str, job: str) -> str:
     """A token of the job's trainer ServiceAccount (`J-trainer`): what its controller rank writes progress with."""
-    return client.CoreV1Api(plane.api_client()).create_namespaced_service_account_token(
+    granted = client.CoreV1Api(plane.api_client()).create_namespaced_service_account_token(
         f"{job}-trainer", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    ).status.token
+    ).status
+    assert granted is not None and granted.token is not None, "the API server answered a TokenRequest with no token"
+    return granted.token
 
 
 def create(plane, namespace: str, doc: dict[str, Any]) -> None:
@@ -69,7 +71,9 @@ def create(plane, namespace: str, doc: dict[str, Any]) -> None:
 
 
 def get(plane, namespace: str, name: str) -> dict[str, Any]:
-    return client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    # The client types a custom object as object: it is the JSON object the API sent.
+    return cast(dict[str, Any], client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name))
 
 
 def status(plane, namespace: str, name: str) -> dict[str, Any]:
@@ -89,18 +93,20 @@ def pods(plane, namespace: str, selector: str) -> list[client.V1Pod]:
 
 
 def live_pods(plane, namespace: str, job: str) -> list[client.V1Pod]:
-    return [p for p in pods(plane, namespace, f"kuberl.dev/job={job}") if p.metadata.deletion_timestamp is None]
+    return [p for p in pods(plane, namespace, f"kuberl.dev/job={job}") if p.metadata and p.metadata.deletion_timestamp is None]
 
 
 def jobsets(plane, namespace: str) -> list[dict[str, Any]]:
     """The namespace's JobSets (each RLJob's pods are one)."""
-    return client.CustomObjectsApi(plane.api_client()).list_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets")["items"]
+    return cast(dict[str, Any], client.CustomObjectsApi(plane.api_client()).list_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets"))["items"]
 
 
 def fail_pod(plane, pod: client.V1Pod) -> None:
+    meta = pod.metadata
+    assert meta is not None and meta.name is not None and meta.namespace is not None, "a pod read from the API server"
     client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
-        pod.metadata.name, pod.metadata.namespace, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail"}}}
+        meta.name, meta.namespace, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail"}}}
     )
 
 

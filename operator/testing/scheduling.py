@@ -34,6 +34,7 @@ admin token (it authenticates and authorizes callers through the API server).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import ssl
@@ -209,7 +210,7 @@ def start_schedulers(
         for owner in ("jobset", "kueue"):
             urls = sorted({hook["clientConfig"]["url"] for doc in hooks for hook in doc["webhooks"]
                            if hook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{ports[f'{owner}-webhook']}/")})
-            _wait(sched, owner, deadline, lambda urls=urls: all(webhook_served(url, ca_pem) for url in urls))
+            _wait(sched, owner, deadline, functools.partial(_all_served, urls, ca_pem))
     except BaseException:
         sched.stop()
         raise
@@ -242,6 +243,10 @@ mount --bind "$0/visibility" "$new/visibility"
 mount -t overlay kuberl-etc -o "lowerdir=$0/etc:/etc" "$new/etc"
 exec chroot "$new" "$@"
 """
+
+
+def _all_served(urls: list[str], ca_pem: bytes) -> bool:
+    return all(webhook_served(url, ca_pem) for url in urls)
 
 
 def _in_mount_namespace(layers: Path, argv: list[str], new_root: bool = False) -> list[str]:

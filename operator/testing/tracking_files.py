@@ -54,7 +54,7 @@ def wandb_runs(folder: Path) -> list[dict]:
     for log in sorted(folder.glob("offline-run-*/run-*.wandb")):
         run: dict = {"folder": log.parent, "id": None, "config": {}, "history": []}
         for raw in _wandb_records(log):
-            record = pb.Record()
+            record = pb.Record()  # type: ignore[attr-defined]  # generated protobuf: its classes are made at import
             record.ParseFromString(raw)
             kind = record.WhichOneof("record_type")
             if kind == "run":
