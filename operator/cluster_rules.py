@@ -35,8 +35,9 @@ class EnginePath:
 
 
 def _own_pods(spec: RLJobSpec, role: str) -> str:
-    """The role whose pods a role runs in: itself, or the actor when colocated."""
-    return "actor" if getattr(getattr(spec.roles, role), "colocate_with", None) else role
+    """The role whose pods' mounts a role's reads see: itself, or the actor when colocated, or for roles.rollout,
+    whose pods take the actor's volumeMounts (Roles.pod_template)."""
+    return "actor" if role == "rollout" or getattr(getattr(spec.roles, role), "colocate_with", None) else role
 
 
 def engine_paths(spec: RLJobSpec) -> list[EnginePath]:
@@ -78,7 +79,7 @@ def _mount_of(spec: RLJobSpec, role: str, path: str, writes: bool) -> bool:
     """Whether `path` lies under a mount of the role's pods that serves it (writable, if it is written)."""
     if under(path, spec.trainer.checkpoint.path):
         return True  # kuberl's checkpoint volume: a claim, or an emptyDir, always writable
-    role_spec = getattr(spec.roles, role)
+    role_spec = getattr(spec.roles, _own_pods(spec, role))
     return any(
         under(path, m.mount_path) and not (writes and m.read_only)
         for m in getattr(role_spec, "volume_mounts", None) or []
@@ -98,10 +99,6 @@ def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
     `policy`: what the chart allows beyond the admission defaults (None: leave the allow-lists to the
     cluster, whose admission policy and operator know its chart's values, as `kuberl submit` does)."""
     spec = job.spec
-    if spec.rollout is not None and spec.rollout.placement == "separate":
-        # Said alone: the rest (mounts, allow-lists) is about pods the operator would not make.
-        return [Problem(source, "spec.rollout.placement", "separate placement runs under `kuberl run` only for now: "
-                        "the operator cannot start a rollout role on a cluster yet; use placement: colocated")]
     problems: list[Problem] = admission_problems(job, source, policy) if policy is not None else []
     if spec.image is None and default_image is None:
         problems.append(Problem(source, "spec.image", "no trainer image: set spec.image, or install the operator with "
@@ -126,7 +123,7 @@ def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
                                 "(claimName: an existing PersistentVolumeClaim, or size: one the operator creates)"))
     checkpoint = spec.trainer.checkpoint
     if checkpoint.claim_name is None:
-        for role in spec.roles.pods():
+        for role in dict.fromkeys(_own_pods(spec, r) for r in spec.roles.pods()):  # the rollout pods' are the actor's
             mount = checkpoint_mount(spec, role)
             if mount is not None and mount.read_only:
                 problems.append(Problem(source, "spec.trainer.checkpoint.path", f"{checkpoint.path} lies under the read-only "
@@ -138,5 +135,6 @@ def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
 def checkpoint_mount(spec: RLJobSpec, role: str):
     """The user's volumeMount of `role` that holds trainer.checkpoint.path, if any (the deepest)."""
     path = spec.trainer.checkpoint.path
-    mounts = [m for m in getattr(getattr(spec.roles, role), "volume_mounts", None) or [] if under(path, m.mount_path)]
+    mounts = [m for m in getattr(getattr(spec.roles, _own_pods(spec, role)), "volume_mounts", None) or []
+              if under(path, m.mount_path)]
     return max(mounts, key=lambda m: len(m.mount_path), default=None)

@@ -97,7 +97,7 @@ def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: O
     """One role's pods, as a replicated job of the job's JobSet: one indexed Job of `replicas` pods."""
     spec = job.spec
     name, namespace = owner.name, owner.namespace
-    role_spec = getattr(spec.roles, role)
+    role_spec = spec.roles.pod_template(role)  # roles.rollout: the actor's pod settings, its own replicas and GPUs
     topo = config.roles[role]
     gpus = role_spec.gpus_per_replica or 0
     replicas = role_spec.replicas or 1
@@ -215,11 +215,11 @@ def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: O
     return {"name": role, "replicas": 1, "template": {"metadata": {"labels": {LABEL_JOB: name, **labels}}, "spec": job_spec}}
 
 
-def _trainer_volumes(job: RLJob, role: str, settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _trainer_volumes(job: RLJob, role: RoleName, settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """kuberl's volumes and mounts, then the job's volumes this role mounts."""
     spec = job.spec
     name = job.metadata.name or ""
-    role_spec = getattr(spec.roles, role)
+    role_spec = spec.roles.pod_template(role)
     checkpoint = spec.trainer.checkpoint
     volumes: list[dict[str, Any]] = [
         {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}},

@@ -139,3 +139,66 @@ def test_a_queued_job_is_one_suspended_jobset_with_its_queue_and_priority() -> N
     assert "managedBy" not in js["spec"]
     job.spec.run_policy.scheduling.multi_kueue = True
     assert plan(job, uid="u", settings=SETTINGS).jobset["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+
+
+def separate_job(**rollout_role: object) -> RLJob:
+    """tests/manifests/good/cluster-separate-placement.yaml: 2 actor pods on CPUs, 2 rollout pods (1 GPU each)."""
+    [doc] = [d.content for d in read_documents((MANIFESTS / "good" / "cluster-separate-placement.yaml").read_text(), "s")]
+    doc["metadata"].update(name="gen", namespace="ns")
+    doc["spec"]["roles"]["rollout"].update(rollout_role)
+    return parse_rljob(doc, "s")
+
+
+def pod_of(desired, role: str) -> dict:
+    return jobs_of(desired)[role]["spec"]["template"]["spec"]
+
+
+def test_separate_placement_gives_the_rollout_role_pods_of_its_own_after_the_actors_ranks() -> None:
+    job = separate_job()
+    config = engine_config(job)
+    assert config.world_size == 4  # 2 actor ranks, then 2 rollout ranks (one per GPU pod)
+    assert (config.roles["rollout"].rank_offset, config.roles["rollout"].ranks, config.roles["rollout"].procs_per_pod) == (2, 2, 1)
+    desired = plan(job, uid="u", settings=SETTINGS)
+    js = desired.jobset["spec"]
+    assert [r["name"] for r in js["replicatedJobs"]] == ["actor", "rollout"]
+    assert js["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor"]}  # the controller stops the fleet
+    rollout = jobs_of(desired)["rollout"]
+    assert rollout["metadata"]["labels"] == {LABEL_JOB: "gen", LABEL_ROLE: "rollout"}
+    spec = rollout["spec"]
+    assert (spec["completions"], spec["parallelism"], spec["backoffLimit"], spec["completionMode"]) == (2, 2, 0, "Indexed")
+    assert spec["template"]["metadata"]["labels"][LABEL_ROLE] == "rollout"
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["command"] == ["kuberl", "worker"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["KUBERL_ROLE"], env["KUBERL_ROLE_RANK_OFFSET"], env["KUBERL_PROCS_PER_POD"], env["WORLD_SIZE"]) == ("rollout", "2", "1", "4")
+    assert env["MASTER_ADDR"] == "gen-actor-0-0.gen.ns.svc"
+    # gpusPerReplica is the pods' GPU limit; the rest of the pod is the actor's (requests, tolerations, volumes).
+    assert container["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+    actor_pod = pod_of(desired, "actor")
+    assert "limits" not in actor_pod["containers"][0]["resources"]  # the actor has no GPUs here
+    assert pod["tolerations"] == actor_pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert container["volumeMounts"] == actor_pod["containers"][0]["volumeMounts"]
+    assert {v["name"] for v in pod["volumes"]} >= {"models", "data"}
+    # Only the controller rank (the actor's first pod) writes progress: the rollout pods get no token.
+    assert pod["automountServiceAccountToken"] is False and actor_pod["automountServiceAccountToken"] is True
+    # The engine config every rank reads names the role and its ranks.
+    configmap = next(o for o in desired.support if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "gen-config")
+    assert '"rollout"' in configmap["data"]["engine-config.json"]
+
+
+def test_separate_placement_rollout_pods_are_trainer_peers_and_queued_with_the_gang() -> None:
+    job = separate_job(replicas=3, gpusPerReplica=2, layout={"dp": 6})
+    job.spec.run_policy.scheduling.queue_name = "team-a"
+    desired = plan(job, uid="u", settings=SETTINGS)
+    [policy] = [o for o in desired.support if o["kind"] == "NetworkPolicy"]
+    [trainers] = policy["spec"]["ingress"][0]["from"]
+    assert trainers["podSelector"]["matchExpressions"] == [{"key": LABEL_ROLE, "operator": "In", "values": ["actor", "rollout"]}]
+    # One suspended JobSet for Kueue: a PodSet per replicated job, the rollout role's among them.
+    js = desired.jobset
+    assert js["spec"]["suspend"] is True and js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    rollout = jobs_of(desired)["rollout"]["spec"]
+    assert (rollout["parallelism"], rollout["completions"]) == (3, 3)
+    assert rollout["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    env = {e["name"]: e.get("value") for e in rollout["template"]["spec"]["containers"][0]["env"]}
+    assert (env["KUBERL_ROLE_RANK_OFFSET"], env["KUBERL_PROCS_PER_POD"], env["WORLD_SIZE"]) == ("2", "2", "8")

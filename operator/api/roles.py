@@ -206,7 +206,8 @@ class Roles(SpecModel):
     reward: RoleSpec | None = None
     """A reward model (reward.model)."""
     rollout: RolloutRoleSpec | None = None
-    """The generation fleet of rollout.placement: separate (`kuberl run` only, for now)."""
+    """The generation fleet of rollout.placement: separate. Its pods are the actor's (resources, node selection,
+    tolerations, volumes) with their own replicas and gpusPerReplica."""
 
     RULES = (
         *(
@@ -239,6 +240,15 @@ class Roles(SpecModel):
             for name, role in self.present().items()
             if not getattr(role, "colocate_with", None)
         }
+
+    def pod_template(self, name: RoleName) -> PodGroupSpec:
+        """What a role's own pods are made from: its spec; for roles.rollout, the actor's pod settings with the
+        rollout role's replicas and gpusPerReplica (a rollout pod runs where and as the actor's do)."""
+        role = getattr(self, name)
+        if isinstance(role, RolloutRoleSpec):
+            return self.actor.model_copy(update={"replicas": role.replicas, "gpus_per_replica": role.gpus_per_replica,
+                                                 "layout": None})
+        return role
 
     def ranks(self, name: RoleName) -> int:
         """The ranks a role computes on: its own, or the actor's when colocated."""
