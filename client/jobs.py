@@ -199,7 +199,7 @@ class RLJobClient:
     def logs(self, name: str, role: str | None = None, rank: int | None = None, follow: bool = False,
              tail: int | None = None) -> Iterator[str]:
         """The log lines of the job's pods: of the pod that runs `rank` (a rank of the job's world), else of every
-        pod of `role` ("actor", "critic", "ref", "reward", or "initializer"), else of every trainer pod; lines of
+        pod of `role` ("actor", "critic", "ref", "reward", "rollout", or "initializer"), else of every trainer pod; lines of
         several pods are prefixed with "[POD] ". With `follow`, the lines keep coming until the pods end (and a job
         whose pods do not exist yet is waited for)."""
         job = self.get(name)  # a clear NotFoundError for a job that does not exist

@@ -11,7 +11,7 @@ from kuberl.operator.children import INITIALIZER, JOBSET_RESTART_LABEL, LABEL_CO
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "trainer"
-ROLE_ORDER = ("actor", "critic", "ref", "reward")  # the order of the ranks in the job's world
+ROLE_ORDER = ("actor", "critic", "ref", "reward", "rollout")  # the order of the ranks in the job's world
 
 
 def pod_name(pod: dict[str, Any]) -> str:

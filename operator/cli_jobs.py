@@ -351,7 +351,7 @@ def add_job_commands(sub: argparse._SubParsersAction) -> None:
     output(p, "wide: also the algorithm, the model, when it was created, started and completed, and when each condition changed")
     p = command("logs", _logs, "the log of a job's pods: one rank's, one role's, or all (prefixed with the pod's name)")
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--role", help="actor, critic, ref, reward, or initializer (default: every trainer pod)")
+    p.add_argument("--role", help="actor, critic, ref, reward, rollout, or initializer (default: every trainer pod)")
     p.add_argument("--rank", type=int, help="the pod that runs this rank of the job's world (rank 0: the controller)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, until the pods end")
     p.add_argument("--tail", type=int, metavar="LINES", help="only the last LINES lines of each pod")

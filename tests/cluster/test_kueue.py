@@ -185,6 +185,40 @@ def test_roles_that_fit_alone_but_not_together_are_not_admitted_at_all(control_p
     client.CustomObjectsApi(plane.api_client()).delete_namespaced_custom_object("kuberl.dev", "v1alpha1", NS, "rljobs", "too-big")
 
 
+def separate_job(name: str, rollout_gpus: int) -> dict[str, Any]:
+    """One 8-GPU actor pod and a fleet of two rollout pods of `rollout_gpus` GPUs each (rollout.placement: separate)."""
+    doc = gpu_job(name, actor_pods=1)
+    doc["spec"]["algorithm"]["async"] = {"maxStaleness": 1}
+    doc["spec"]["rollout"]["placement"] = "separate"
+    doc["spec"]["roles"]["rollout"] = {"replicas": 2, "gpusPerReplica": rollout_gpus}
+    return doc
+
+
+def test_the_rollout_fleet_is_a_podset_of_the_jobs_one_workload(control_plane, queue) -> None:
+    """Kueue counts the rollout pods with the trainers: 8 + 2 x 4 GPUs fit the queue's 16 and start together;
+    8 + 2 x 8 do not, and not even the actor starts."""
+    plane = control_plane
+    objects = client.CustomObjectsApi(plane.api_client())
+    seen = PodWatch(plane, NS, "fleet-big")
+    create(plane, NS, separate_job("fleet-big", rollout_gpus=8))
+    wait_phase(plane, NS, "fleet-big", "Queued", 60)
+    time.sleep(5)
+    assert status(plane, NS, "fleet-big")["phase"] == "Queued" and not seen.stop()
+    objects.delete_namespaced_custom_object("kuberl.dev", "v1alpha1", NS, "rljobs", "fleet-big")
+
+    create(plane, NS, separate_job("fleet", rollout_gpus=4))
+    s = wait_phase(plane, NS, "fleet", "Running", 120)
+    assert (s["roles"]["actor"]["ready"], s["roles"]["rollout"]["ready"]) == (1, 2)
+    uid = next(j for j in jobsets(plane, NS) if j["metadata"]["name"] == "fleet")["metadata"]["uid"]
+    [workload] = objects.list_namespaced_custom_object(*KUEUE, NS, "workloads", label_selector=f"kueue.x-k8s.io/job-uid={uid}")["items"]
+    podsets = {p["name"]: p for p in workload["spec"]["podSets"]}
+    assert {name: p["count"] for name, p in podsets.items()} == {"actor": 1, "rollout": 2}
+    [container] = podsets["rollout"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    finish(plane, "fleet")
+    wait_phase(plane, NS, "fleet", "Succeeded", 60)
+
+
 def test_a_higher_priority_job_preempts_and_the_preempted_one_waits_then_comes_back(control_plane, queue) -> None:
     plane = control_plane
     create(plane, NS, gpu_job("low", priority="rl-low"))

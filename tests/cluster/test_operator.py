@@ -374,6 +374,62 @@ def test_success_of_the_actor_ends_the_job(control_plane, operator) -> None:
     assert s["completionTime"] and s["roles"]["actor"]["succeeded"] == 2
 
 
+def test_separate_placement_runs_the_rollout_role_as_pods_of_the_jobset(control_plane, operator) -> None:
+    """rollout.placement: separate: the rollout role is a replicated job of the JobSet, its pods the actor's with
+    their own replicas and GPUs, ranks after the actor's, trainer peers in the NetworkPolicy, a role in the status."""
+    plane = control_plane
+    ns = new_namespace(plane, "async")
+    h100 = {"nodeSelector": {"kuberl.dev/pool": "gpu-h100"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    doc = small_job("fleet", algorithm={"name": "grpo", "async": {"maxStaleness": 1}},
+                    rollout={"samplesPerPrompt": 4, "placement": "separate"},
+                    roles={"actor": {"replicas": 1, "gpusPerReplica": 1, **h100, "resources": {"requests": {"memory": "8Gi"}},
+                                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]},
+                           "rollout": {"replicas": 2, "gpusPerReplica": 2}})
+    create(plane, ns, doc)
+    s = wait_phase(plane, ns, "fleet", "Running", 90)
+    assert s["roles"]["actor"]["ready"] == 1 and s["roles"]["rollout"]["ready"] == 2
+    assert next(c for c in s["conditions"] if c["type"] == "Running")["message"] == "all 3 pods are running"
+
+    core = client.CoreV1Api(plane.api_client())
+    config = json.loads(core.read_namespaced_config_map("fleet-config", ns).data["engine-config.json"])
+    assert config["worldSize"] == 5  # 1 actor rank, then 2 rollout pods x 2 GPUs
+    assert (config["roles"]["rollout"]["rankOffset"], config["roles"]["rollout"]["ranks"]) == (1, 4)
+    [jobset] = jobsets(plane, ns)
+    assert [r["name"] for r in jobset["spec"]["replicatedJobs"]] == ["actor", "rollout"]
+    jobs = {j.metadata.name: j for j in client.BatchV1Api(plane.api_client()).list_namespaced_job(ns).items}
+    assert set(jobs) == {"fleet-actor-0", "fleet-rollout-0"}
+    assert (jobs["fleet-rollout-0"].spec.parallelism, jobs["fleet-rollout-0"].spec.completion_mode) == (2, "Indexed")
+
+    rollout_pods = pods(plane, ns, "kuberl.dev/role=rollout")
+    assert len(rollout_pods) == 2 and all(p.spec.node_name.startswith("gpu-h100-") for p in rollout_pods)
+    by_index = {p.metadata.labels["batch.kubernetes.io/job-completion-index"]: p for p in rollout_pods}
+    for index, pod in by_index.items():
+        container = pod.spec.containers[0]
+        env = {e.name: e.value for e in container.env}
+        assert (env["KUBERL_ROLE"], env["KUBERL_ROLE_RANK_OFFSET"], env["KUBERL_PROCS_PER_POD"], env["WORLD_SIZE"]) == (
+            "rollout", "1", "2", "5")
+        assert env["MASTER_ADDR"] == f"fleet-actor-0-0.fleet.{ns}.svc"
+        assert container.command == ["kuberl", "worker"]
+        assert container.resources.limits == {"nvidia.com/gpu": "2"} and container.resources.requests["memory"] == "8Gi"
+        assert any(m.mount_path == "/data" and m.read_only for m in container.volume_mounts)
+        assert pod.spec.automount_service_account_token is False
+        assert (pod.spec.hostname, pod.spec.subdomain) == (f"fleet-rollout-0-{index}", "fleet")
+    assert sorted(by_index) == ["0", "1"]
+
+    policy = client.NetworkingV1Api(plane.api_client()).read_namespaced_network_policy("fleet", ns)
+    [peer] = policy.spec.ingress[0]._from
+    assert peer.pod_selector.match_expressions[0].values == ["actor", "rollout"]
+
+    # The actor's success ends the job, whatever the fleet is doing.
+    [actor] = pods(plane, ns, "kuberl.dev/role=actor")
+    core.patch_namespaced_pod(actor.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}})
+    wait_phase(plane, ns, "fleet", "Succeeded", 60)
+    # Its pods hold GPU nodes that later tests need.
+    client.CustomObjectsApi(plane.api_client()).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "fleet")
+    eventually(lambda: not live_pods(plane, ns, "fleet"), 120, "the job's pods to go")
+
+
 def test_active_deadline_fails_the_job(control_plane, operator) -> None:
     plane = control_plane
     ns = new_namespace(plane, "deadline")
