@@ -4,10 +4,12 @@
 # nsenter), what node-binaries.sh and kube-binaries.sh compile C with (gcc, libc6-dev for the
 # static pause, libseccomp-dev and pkg-config for runc), and chromium, the headless browser that
 # tests/test_docs.py opens the built docs site in, and bubblewrap with libseccomp2, the kernel
-# boundary of the sandboxed tools (python and functions of a file). Installs only what is missing; needs root, as CI has.
+# boundary of the sandboxed tools (python and functions of a file), and ipset, which kube-router's firewall
+# (the NetworkPolicy enforcer of the real-node test on kernels without nftables' queue) calls. Installs only
+# what is missing; needs root, as CI has.
 set -euo pipefail
 
-packages=(containernetworking-plugins iptables buildah mmdebstrap iproute2 util-linux gcc libc6-dev libseccomp-dev pkg-config chromium bubblewrap libseccomp2)
+packages=(containernetworking-plugins iptables buildah mmdebstrap iproute2 util-linux gcc libc6-dev libseccomp-dev pkg-config chromium bubblewrap libseccomp2 ipset)
 log() { printf '[node-deps] %s\n' "$*" >&2; }
 
 missing=()

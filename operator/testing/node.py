@@ -91,6 +91,11 @@ class Node:
         every reference to its digest is removed. The kept store would otherwise grow by a trainer
         image (about 12 GB unpacked) with every change of the tree."""
         present = self.image_digests()
+        # Old images go before new ones come: the store then holds one trainer image at a time, not two (disk).
+        kept = {present[ref] for ref in wanted if ref in present}
+        old = [ref for ref, digest in present.items() if ref not in wanted and digest not in kept]
+        if old:
+            self.ctr("images", "remove", "--sync", *old)
         for ref, archive in wanted.items():
             if ref not in present:
                 self.ctr("images", "import", str(archive))

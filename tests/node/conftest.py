@@ -134,3 +134,60 @@ def lora_volumes(real_node) -> Path:
     root = real_node.workdir / "lora-volumes"
     root.mkdir(exist_ok=True)
     return root
+
+
+# --- NetworkPolicy enforcement on the real node ------------------------------------------------------
+
+
+def _skip_unenforceable(missing: str) -> None:
+    pytest.skip(f"no NetworkPolicy can be enforced on this machine: {missing}. The policy is checked against the "
+                "pods' labels instead (tests/test_operator_confinement.py::"
+                "test_the_policy_selects_every_pod_of_the_job_and_admits_its_trainer_pods_and_nothing_else)")
+
+
+@pytest.fixture(scope="module")
+def network_policy_enforcer(real_node, tmp_path_factory):
+    """The running enforcer and its log, for one module (the other modules' pods stay unjudged):
+    kube-network-policies where the kernel takes its rules, else kube-router."""
+    from kuberl.operator.testing import kube_router, network_policies
+
+    workdir = tmp_path_factory.mktemp("netpol")
+    try:
+        no_queue = network_policies.kernel_refuses_queue()
+        no_ipset = kube_router.kernel_refuses_ipset() if no_queue else None
+        if no_queue and no_ipset:
+            _skip_unenforceable(f"{no_queue}; {no_ipset}")
+        if no_queue:
+            proc = kube_router.start(real_node.plane, real_node.network.netns, real_node.name, workdir, kube_router.binary())
+            log = workdir / "kube-router.log"
+            ready = lambda: kube_router.wait_synced(proc, log)  # noqa: E731
+            stop = lambda: kube_router.stop(proc, real_node.network.netns)  # noqa: E731
+        else:
+            proc = network_policies.start(real_node.plane, real_node.network.netns, real_node.name, workdir,
+                                          network_policies.binary())
+            log = workdir / "kube-network-policies.log"
+            ready = lambda: _queue_works(proc, log)  # noqa: E731
+            stop = lambda: _terminate(proc)  # noqa: E731
+    except (network_policies.EnforcerError, kube_router.EnforcerError) as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        ready()
+        yield proc, log
+    finally:
+        stop()
+
+
+def _terminate(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except Exception:  # noqa: BLE001 - it must not outlive the test
+        proc.kill()
+
+
+def _queue_works(proc, log) -> None:
+    from kuberl.operator.testing import network_policies
+
+    missing = network_policies.kernel_lacks(proc, log)
+    if missing:
+        _skip_unenforceable(missing)

@@ -1,7 +1,7 @@
-"""A job's NetworkPolicy enforced on the real node by sigs.k8s.io/kube-network-policies.
-
-Where the kernel cannot run the enforcer (it needs nftables' `queue` expression), the test says so and is
-skipped: the policy is then checked only against the pods' labels (tests/test_operator_confinement.py).
+"""A job's NetworkPolicy enforced on the real node by a real enforcer: sigs.k8s.io/kube-network-policies (SIG
+Network's, the one kind ships) where the kernel has nftables' `queue` expression, else kube-router's firewall
+(iptables and ipsets). Where the kernel can run neither, the test says so and is skipped: the policy is then
+checked only against the pods' labels (tests/test_operator_confinement.py).
 
 A pod labelled as a job's actor serves the rendezvous port (29500) and the metrics port (9400); the
 policy is the planner's own for that job. Before the policy, a pod of another namespace wearing the
@@ -19,25 +19,31 @@ import pytest
 
 from kuberl.operator.children import LABEL_JOB, LABEL_ROLE, Owner
 from kuberl.operator.network_policy import network_policy
-from kuberl.operator.testing import network_policies
+from kuberl.operator.sandbox_address import SANDBOX_PORT
+from kuberl.operator.sandbox_pods import network_policy as sandbox_network_policy, pod_labels as sandbox_labels
 from kuberl.operator.testing.waiting import eventually
 
 # A cold build of the enforcer (Go, from the module proxy) takes minutes beyond the usual test timeout.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 
+EGRESS_SETTLE_S = 10.0
+# Serves "ok" on each port of argv (default: the rendezvous and the metrics port).
 SERVER = """
-import socket, threading
+import socket, sys, threading
 def serve(port):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", port)); s.listen()
     while True:
         c, _ = s.accept(); c.sendall(b"ok"); c.close()
-threading.Thread(target=serve, args=(9400,), daemon=True).start()
-serve(29500)
+ports = [int(p) for p in sys.argv[1:]] or [9400, 29500]
+for port in ports[1:]:
+    threading.Thread(target=serve, args=(port,), daemon=True).start()
+serve(ports[0])
 """
-# Exit 0 when any of `tries` connections gets the server's answer, 1 when none does.
+# Exit 0 when any of `tries` connections gets the server's answer, 1 when none does; the first after `delay` seconds.
 CLIENT = """
 import socket, sys, time
-host, port, tries = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+host, port, tries, delay = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+time.sleep(delay)
 for _ in range(tries):
     try:
         with socket.create_connection((host, port), timeout=3) as c:
@@ -50,69 +56,24 @@ sys.exit(1)
 """
 
 
-def _skip_unenforceable(missing: str) -> None:
-    pytest.skip(f"no NetworkPolicy can be enforced on this machine: {missing}. The policy is checked against the "
-                "pods' labels instead (tests/test_operator_confinement.py::"
-                "test_the_policy_selects_every_pod_of_the_job_and_admits_its_trainer_pods_and_nothing_else)")
-
-
-@pytest.fixture(scope="module")
-def enforcer(real_node, tmp_path_factory):
-    try:
-        missing = network_policies.kernel_refuses_queue()
-        if missing:
-            _skip_unenforceable(missing)
-        built = network_policies.binary()
-    except network_policies.EnforcerError as exc:
-        pytest.fail(str(exc), pytrace=False)
-    workdir = tmp_path_factory.mktemp("netpol")
-    proc = network_policies.start(real_node.plane, real_node.network.netns, real_node.name, workdir, built)
-    log = workdir / "kube-network-policies.log"
-    try:
-        missing = network_policies.kernel_lacks(proc, log)
-    except AssertionError:
-        proc.kill()
-        raise
-    if missing:
-        proc.kill()
-        _skip_unenforceable(missing)
-    yield proc, log
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except Exception:  # noqa: BLE001 - it must not outlive the test
-        proc.kill()
-
-
 def _pod(name: str, ns: str, labels: dict[str, str], image: str, command: list[str]) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
                      "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}]}}
 
 
-def test_the_jobs_policy_admits_its_own_pods_and_prometheus_and_nothing_else(real_node, enforcer, built_images) -> None:
-    proc, log = enforcer
+def test_the_jobs_policy_admits_its_own_pods_and_prometheus_and_nothing_else(real_node, network_policy_enforcer, built_images) -> None:
+    proc, log = network_policy_enforcer
     node, image, tag = real_node, built_images["TRAINER_IMAGE"], uuid.uuid4().hex[:6]
     job_ns, tenant_ns, monitoring_ns = f"job-{tag}", f"tenant-{tag}", f"monitoring-{tag}"
     for ns in (job_ns, tenant_ns, monitoring_ns):
         node.plane.kubectl("create", "namespace", ns)
     job = "fenced"
-    node.plane.kubectl("apply", "-f", "-", input=json.dumps(
-        _pod("rank0", job_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, image, ["python", "-c", SERVER])))
-
-    def ip() -> str | None:
-        out = node.plane.kubectl("get", "pod", "rank0", "-n", job_ns, "-o", "jsonpath={.status.phase} {.status.podIP}").stdout.split()
-        return out[1] if len(out) == 2 and out[0] == "Running" else None
-
-    server = eventually(ip, 300, "the rank-0 pod running")
+    server = _server(node, "rank0", job_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, image, [29500, 9400])
     assert proc.poll() is None, log.read_text()[-3000:]
 
     def connects(name: str, ns: str, labels: dict[str, str], port: int, tries: int) -> bool:
-        node.plane.kubectl("apply", "-f", "-", input=json.dumps(
-            _pod(name, ns, labels, image, ["python", "-c", CLIENT, server, str(port), str(tries)])))
-        phase = eventually(lambda: (p := node.plane.kubectl("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase}").stdout)
-                           in ("Succeeded", "Failed") and p, 180, f"{ns}/{name} to finish")
-        return phase == "Succeeded"
+        return _connects(node, image, name, ns, labels, server, port, tries)
 
     # No policy selects the pod yet: a stranger wearing the job's labels in another namespace gets in.
     assert connects("before", tenant_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, 29500, tries=30)
@@ -136,4 +97,62 @@ def test_the_jobs_policy_admits_its_own_pods_and_prometheus_and_nothing_else(rea
         assert not connects(name, ns, labels, port, tries=3), f"{who} connected"
     assert proc.poll() is None, log.read_text()[-3000:]
     for ns in (job_ns, tenant_ns, monitoring_ns):
+        node.plane.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def _server(node, name: str, ns: str, labels: dict[str, str], image: str, ports: list[int]) -> str:
+    """A pod serving "ok" on `ports`; its IP once it runs."""
+    node.plane.kubectl("apply", "-f", "-", input=json.dumps(
+        _pod(name, ns, labels, image, ["python", "-c", SERVER, *map(str, ports)])))
+
+    def ip() -> str | None:
+        out = node.plane.kubectl("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase} {.status.podIP}").stdout.split()
+        return out[1] if len(out) == 2 and out[0] == "Running" else None
+
+    return eventually(ip, 300, f"{ns}/{name} running")
+
+
+def _connects(node, image: str, name: str, ns: str, labels: dict[str, str], server: str, port: int, tries: int,
+              delay: float = 0) -> bool:
+    """Whether a new pod `name` with `labels` gets an answer from server:port in `tries` attempts, the first `delay`
+    seconds after it starts."""
+    node.plane.kubectl("apply", "-f", "-", input=json.dumps(
+        _pod(name, ns, labels, image, ["python", "-c", CLIENT, server, str(port), str(tries), str(delay)])))
+    phase = eventually(lambda: (p := node.plane.kubectl("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase}").stdout)
+                       in ("Succeeded", "Failed") and p, 180, f"{ns}/{name} to finish")
+    return phase == "Succeeded"
+
+
+def test_the_sandbox_policy_lets_only_the_trainers_in_and_nothing_out(real_node, network_policy_enforcer, built_images) -> None:
+    """The tool sandbox's wall on the real node: its pods reach nothing (not another namespace's open server),
+    and only the job's trainer pods reach the sandbox port."""
+    proc, log = network_policy_enforcer
+    node, image, tag = real_node, built_images["TRAINER_IMAGE"], uuid.uuid4().hex[:6]
+    job_ns, tenant_ns = f"box-{tag}", f"open-{tag}"
+    for ns in (job_ns, tenant_ns):
+        node.plane.kubectl("create", "namespace", ns)
+    job = "boxed"
+    outside = _server(node, "outside", tenant_ns, {"app": "open"}, image, [8080])
+    sandbox = _server(node, "sandbox", job_ns, sandbox_labels(job), image, [SANDBOX_PORT])
+    # No policy yet: a sandbox pod calls out freely (the proof that the server answers and pods can connect).
+    assert _connects(node, image, "box-before", job_ns, sandbox_labels(job), outside, 8080, tries=30)
+
+    policy = sandbox_network_policy(Owner(name=job, namespace=job_ns, uid="unused"), ["actor"])
+    del policy["metadata"]["ownerReferences"]
+    node.plane.kubectl("apply", "-f", "-", input=json.dumps(policy))
+
+    # The job's trainer reaches the sandbox: also the proof that the enforcer has the policy.
+    assert _connects(node, image, "trainer", job_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, sandbox, SANDBOX_PORT, tries=60), \
+        log.read_text()[-3000:]
+    # A pod's own egress rules exist once the enforcer has seen the pod: kube-router installs them within seconds of
+    # its start (a sandbox pod runs calls once it is ready, seconds later); the calling pods wait that long.
+    refused = {
+        "the sandbox calling out to another namespace": ("box-after", job_ns, sandbox_labels(job), outside, 8080),
+        "the sandbox calling another sandbox pod": ("box-peer", job_ns, sandbox_labels(job), sandbox, SANDBOX_PORT),
+        "another tenant calling the sandbox": ("stranger", tenant_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, sandbox, SANDBOX_PORT),
+    }
+    for who, (name, ns, labels, server, port) in refused.items():
+        assert not _connects(node, image, name, ns, labels, server, port, tries=3, delay=EGRESS_SETTLE_S), f"{who} connected"
+    assert proc.poll() is None, log.read_text()[-3000:]
+    for ns in (job_ns, tenant_ns):
         node.plane.kubectl("delete", "namespace", ns, "--wait=false", check=False)
