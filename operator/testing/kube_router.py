@@ -76,9 +76,10 @@ def start(plane, netns: str, node_name: str, workdir: Path, router: Path) -> sub
     core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
     name, namespace = "kube-router", "kube-system"
     for create in (
-        lambda: core.create_namespaced_service_account(namespace, {"metadata": {"name": name}}),
-        lambda: rbac.create_cluster_role({"metadata": {"name": name}, "rules": RULES}),
-        lambda: rbac.create_cluster_role_binding({"metadata": {"name": name},
+        # The client takes a body as a dict too; its types name only the model classes.
+        lambda: core.create_namespaced_service_account(namespace, {"metadata": {"name": name}}),  # type: ignore[arg-type]
+        lambda: rbac.create_cluster_role({"metadata": {"name": name}, "rules": RULES}),  # type: ignore[arg-type]
+        lambda: rbac.create_cluster_role_binding({"metadata": {"name": name},  # type: ignore[arg-type]
                                                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
                                                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
     ):
@@ -87,9 +88,11 @@ def start(plane, netns: str, node_name: str, workdir: Path, router: Path) -> sub
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-    token = core.create_namespaced_service_account_token(
+    granted = core.create_namespaced_service_account_token(
         name, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
-    ).status.token
+    ).status
+    assert granted is not None and granted.token is not None, "the API server answered a TokenRequest with no token"
+    token = granted.token
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = plane.kubeconfig_for_token(token, workdir / "kubeconfig")
     argv = ["nsenter", f"--net=/run/netns/{netns}", str(router), f"--kubeconfig={kubeconfig}",
