@@ -11,19 +11,16 @@ without the latter this one still enforces. The tests use kube-network-policies 
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import time
 from pathlib import Path
 
-from kubernetes import client
 
 from .control_plane import SERVICE_CIDR
+from .enforcer_setup import go_binary, service_account_token
 
 VERSION = "v2.1.0"  # the release the Go module proxy serves here; it runs only in tests, never in the product
 MODULE = "github.com/cloudnativelabs/kube-router/v2"
-BUILD_TIMEOUT = 1800
 RULES = [
     {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes", "services", "endpoints"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["list", "watch"]},
@@ -32,9 +29,6 @@ RULES = [
 SYNC_SECONDS = 60.0
 SYNCED = "sync iptables took"  # the network policy controller logs it (at -v=1) after each full sync
 
-
-class EnforcerError(RuntimeError):
-    """The enforcer could not be built or started; the message has the command's output."""
 
 
 def kernel_refuses_ipset() -> str | None:
@@ -51,48 +45,13 @@ def kernel_refuses_ipset() -> str | None:
 
 def binary(cache: Path = Path.home() / ".cache" / "kuberl" / "node") -> Path:
     """kube-router's binary, built once into `cache` (minutes on 2 cores)."""
-    out = cache / f"kube-router-{VERSION}" / "kube-router"
-    if out.exists():
-        return out
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-    found = subprocess.run(["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"], capture_output=True, text=True,
-                           timeout=600, env=env)
-    if found.returncode != 0:
-        raise EnforcerError(f"go mod download {MODULE}@{VERSION} failed: {found.stdout[-2000:]}{found.stderr[-2000:]}")
-    source = Path(json.loads(found.stdout)["Dir"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_suffix(".part")
-    built = subprocess.run(["go", "build", "-o", str(part), "./cmd/kube-router"], cwd=source, capture_output=True, text=True,
-                           timeout=BUILD_TIMEOUT, env=env)
-    if built.returncode != 0:
-        raise EnforcerError(f"building {MODULE}@{VERSION} failed: {built.stderr[-3000:]}")
-    part.rename(out)
-    return out
+    return go_binary(MODULE, VERSION, "./cmd/kube-router", cache / f"kube-router-{VERSION}" / "kube-router")
 
 
 def start(plane, netns: str, node_name: str, workdir: Path, router: Path) -> subprocess.Popen:
     """kube-router's firewall for `node_name`, in network namespace `netns`, with a ServiceAccount of its own rights."""
-    admin = plane.api_client()
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
     name, namespace = "kube-router", "kube-system"
-    for create in (
-        # The client takes a body as a dict too; its types name only the model classes.
-        lambda: core.create_namespaced_service_account(namespace, {"metadata": {"name": name}}),  # type: ignore[arg-type]
-        lambda: rbac.create_cluster_role({"metadata": {"name": name}, "rules": RULES}),  # type: ignore[arg-type]
-        lambda: rbac.create_cluster_role_binding({"metadata": {"name": name},  # type: ignore[arg-type]
-                                                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                                                  "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
-    ):
-        try:
-            create()
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-    granted = core.create_namespaced_service_account_token(
-        name, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
-    ).status
-    assert granted is not None and granted.token is not None, "the API server answered a TokenRequest with no token"
-    token = granted.token
+    token = service_account_token(plane, name, namespace, RULES)
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = plane.kubeconfig_for_token(token, workdir / "kubeconfig")
     argv = ["nsenter", f"--net=/run/netns/{netns}", str(router), f"--kubeconfig={kubeconfig}",

@@ -8,70 +8,33 @@ them in a mount namespace of its own, on a tmpfs over /run, so nothing on the ho
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from kubernetes import client
+
+from .enforcer_setup import EnforcerError, go_binary, service_account_token
 
 VERSION = "v0.8.0"
 MODULE = "sigs.k8s.io/kube-network-policies"
-BUILD_TIMEOUT = 1800
 RULES = [
     {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"], "verbs": ["list", "watch"]},
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": ["list", "watch"]},
 ]
 
 
-class EnforcerError(RuntimeError):
-    """The enforcer could not be built or started; the message has the command's output."""
-
 
 def binary(cache: Path = Path.home() / ".cache" / "kuberl" / "node") -> Path:
     """The enforcer's binary, built once into `cache` (a few minutes on 2 cores)."""
-    out = cache / f"kube-network-policies-{VERSION}" / "kube-network-policies"
-    if out.exists():
-        return out
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-    found = subprocess.run(["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"], capture_output=True, text=True,
-                           timeout=600, env=env)
-    if found.returncode != 0:
-        raise EnforcerError(f"go mod download {MODULE}@{VERSION} failed: {found.stdout[-2000:]}{found.stderr[-2000:]}")
-    source = Path(json.loads(found.stdout)["Dir"])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    built = subprocess.run(["go", "build", "-o", str(out), "./cmd"], cwd=source, capture_output=True, text=True,
-                           timeout=BUILD_TIMEOUT, env=env)
-    if built.returncode != 0:
-        raise EnforcerError(f"building {MODULE}@{VERSION} failed: {built.stderr[-3000:]}")
-    return out
+    return go_binary(MODULE, VERSION, "./cmd", cache / f"kube-network-policies-{VERSION}" / "kube-network-policies")
 
 
 def start(plane, netns: str, node_name: str, workdir: Path, enforcer: Path) -> subprocess.Popen:
     """The enforcer for `node_name`, in network namespace `netns`, with a ServiceAccount of its own rights."""
-    admin = plane.api_client()
-    core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
     name, namespace = "kube-network-policies", "kube-system"
-    for create in (
-        # The client takes a body as a dict too; its types name only the model classes.
-        lambda: core.create_namespaced_service_account(namespace, {"metadata": {"name": name}}),  # type: ignore[arg-type]
-        lambda: rbac.create_cluster_role({"metadata": {"name": name}, "rules": RULES}),  # type: ignore[arg-type]
-        lambda: rbac.create_cluster_role_binding({"metadata": {"name": name},  # type: ignore[arg-type]
-                                                  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                                                  "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]}),
-    ):
-        try:
-            create()
-        except client.ApiException as exc:
-            if exc.status != 409:
-                raise
-    granted = core.create_namespaced_service_account_token(
-        name, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
-    ).status
-    assert granted is not None and granted.token is not None, "the API server answered a TokenRequest with no token"
-    token = granted.token
+    token = service_account_token(plane, name, namespace, RULES)
     secrets = workdir / "serviceaccount"
     secrets.mkdir(parents=True, exist_ok=True)
     (secrets / "token").write_text(token)
