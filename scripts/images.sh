@@ -68,6 +68,20 @@ if [ ! -f "$pause_archive" ]; then
 fi
 printf 'PAUSE_IMAGE=%s\nPAUSE_ARCHIVE=%s\n' "$pause_ref" "$pause_archive"
 
+# An older tree's layers stay in the storage as untagged images after its tag is removed: a lock that
+# changed leaves gigabytes behind at every build. Removing the untagged images that nothing builds on, and
+# again until none is left, frees exactly the chains that no tagged image (base, pause, the current
+# images) uses; the layers the current images share stay, and with them the build cache.
+prune_unused_layers() {
+  local round unused
+  for round in $(seq 1 100); do
+    unused=$(bah images --quiet --no-trunc --filter dangling=true)
+    [ -n "$unused" ] || return 0
+    # shellcheck disable=SC2086  # one argument per image id
+    bah rmi $unused >/dev/null
+  done
+}
+
 # build [--no-archive] NAME DOCKERFILE [BUILD-ARG...]: build, then save as NAME-KEY.tar unless it exists
 # (--no-archive: an image no node here imports stays in buildah's storage only; its presence is the cache).
 build() {
@@ -75,7 +89,9 @@ build() {
   if [ "$1" = --no-archive ]; then archived=0; shift; fi
   local name=$1 dockerfile=$2; shift 2
   local key
-  key=$(printf '%s %s %s\n' "$base_key" "$*" "$(hash_of "$dockerfile" pyproject.toml requirements operator engine client)" | sha256sum | cut -c1-16)
+  local context=$dockerfile  # the Dockerfile, or the folder it sits in with the scripts it copies
+  if [ "$(dirname "$dockerfile")" != . ]; then context=$(dirname "$dockerfile"); fi
+  key=$(printf '%s %s %s\n' "$base_key" "$*" "$(hash_of "$context" pyproject.toml requirements operator engine client)" | sha256sum | cut -c1-16)
   local ref=localhost/kuberl-$name:$key archive=$cache/$name-$key.tar
   local var=${name^^}; var=${var//-/_}
   local present
@@ -84,7 +100,7 @@ build() {
   if [ "$present" = 0 ]; then
     local started
     started=$(date +%s)
-    log "building $ref from $dockerfile"
+    log "building $ref from $dockerfile ($(df -h --output=avail "$cache" | tail -1 | tr -d " ") free in $cache)"
     local args=(--build-arg "BASE_IMAGE=$base_ref")
     for arg in "$@"; do args+=(--build-arg "$arg"); done
     # The host's wheels: uv installs from them instead of downloading again.
@@ -98,6 +114,7 @@ build() {
     rm -f "$cache/$name"-*.tar  # the archive of an older tree, and its image in buildah's storage
     bah images --format '{{.Name}}:{{.Tag}}' | grep "^localhost/kuberl-$name:" | grep -v ":$key\$" | xargs -r buildah \
       --root "$cache/storage" --runroot "$cache/run" --storage-driver overlay rmi >/dev/null 2>&1 || true
+    prune_unused_layers
     if [ "$archived" = 1 ]; then
       rm -f "$archive.part"  # left by a build that was stopped: docker-archive refuses to add to it
       bah push --quiet "$ref" "docker-archive:$archive.part:$ref" >&2

