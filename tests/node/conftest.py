@@ -5,6 +5,7 @@ See kuberl.operator.testing.node."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -31,10 +32,14 @@ def built_images() -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines)
 
 
+NODE_LOCK_WAIT_S = 3600
+
+
 @pytest.fixture(scope="session")
 def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, str]):
     from kuberl.operator.testing.control_plane import ControlPlaneError, start_control_plane
     from kuberl.operator.testing.node import node_users, remove_stale_nodes, start_node
+    from kuberl.operator.testing.node_lock import NodeBusy, one_node_per_machine
     from kuberl.operator.testing.node_network import HOST_IP, NodeNetwork, NodeNetworkError
 
     if os.geteuid() != 0:
@@ -42,6 +47,11 @@ def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, 
     kube_bin = Path(_script("kube-binaries.sh").strip().splitlines()[-1])
     node_bin = Path(_script("node-binaries.sh").strip().splitlines()[-1])
     workdir = tmp_path_factory.mktemp("real-node")
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(one_node_per_machine(NODE_LOCK_WAIT_S))
+    except NodeBusy as exc:
+        pytest.fail(str(exc), pytrace=False)
     started = time.monotonic()
     remove_stale_nodes(workdir.parent.parent)  # all of this user's pytest runs
     plane = node = network = None
@@ -58,11 +68,13 @@ def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, 
             plane.stop()
         if network is not None:
             network.destroy()
+        held.close()
         pytest.fail(f"the real node did not start: {exc}", pytrace=False)
     node.start_seconds = time.monotonic() - started
-    yield node
-    node.stop()
-    plane.stop()
+    with held:
+        yield node
+        node.stop()
+        plane.stop()
 
 
 CHART = REPO / "helm" / "kuberl"
