@@ -29,6 +29,9 @@ class Observation:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_timeouts: int = 0
+    tool_seconds: tuple[float, ...] = ()
+    """Wall seconds of each tool call the turn ran (multi_turn/tool_seconds_* of the step); a plug-in
+    environment that calls tools may fill it too."""
 
 
 class Environment:

@@ -8,6 +8,7 @@ read are answered with an error message, as a failed call is; the model reads ev
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,14 +26,17 @@ class ToolEnvironment(Environment):
         head = messages[:1] if messages and messages[0]["role"] == "system" else []
         return head + [dict(m) for m in self.few_shot] + messages[len(head):]
 
-    def _run(self, call: ToolCall) -> ToolResult:
+    def _run(self, call: ToolCall) -> tuple[ToolResult, float | None]:
+        """The call's result and its wall seconds (None: no tool of that name ran)."""
         tool = self.setup.tools.get(call.name)
         if tool is None:
-            return ToolResult.failure(f"there is no tool {call.name!r} (tools: {', '.join(sorted(self.setup.tools))})")
+            return ToolResult.failure(f"there is no tool {call.name!r} (tools: {', '.join(sorted(self.setup.tools))})"), None
+        started = time.monotonic()
         try:
-            return tool.call(call.arguments)
+            result = tool.call(call.arguments)
         except Exception as exc:  # a tool must not end the run: whatever it raised is an error message
-            return ToolResult.failure(f"{type(exc).__name__}: {exc}")
+            result = ToolResult.failure(f"{type(exc).__name__}: {exc}")
+        return result, time.monotonic() - started
 
     def step(self, text: str) -> Observation:
         parsed = self.setup.parser.parse(text)
@@ -42,16 +46,18 @@ class ToolEnvironment(Environment):
         calls, extra = parsed.calls[:limit], parsed.calls[limit:]
         if len(calls) > 1:
             with ThreadPoolExecutor(max_workers=len(calls)) as pool:
-                results = list(pool.map(self._run, calls))
+                ran = list(pool.map(self._run, calls))
         else:
-            results = [self._run(call) for call in calls]
+            ran = [self._run(call) for call in calls]
+        results = [r for r, _ in ran]
         messages: list[dict[str, Any]] = [{"role": "tool", "name": c.name, "content": r.text} for c, r in zip(calls, results)]
         messages += [{"role": "tool", "name": c.name, "content": ToolResult.failure(
             f"at most {limit} tool calls run per turn; this one did not").text} for c in extra]
         messages += [{"role": "tool", "name": "error", "content": ToolResult.failure(e).text} for e in parsed.errors]
         errors = sum(r.error for r in results) + len(extra) + len(parsed.errors)
         return Observation(messages, tool_calls=len(parsed.calls) + len(parsed.errors), tool_errors=errors,
-                           tool_timeouts=sum(r.timed_out for r in results))
+                           tool_timeouts=sum(r.timed_out for r in results),
+                           tool_seconds=tuple(seconds for _, seconds in ran if seconds is not None))
 
 
 @register_environment("tools", summary="runs the turn's tool calls; a turn without one is the final answer")

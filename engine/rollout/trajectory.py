@@ -26,6 +26,8 @@ class Trajectory(Completion):
     tool_calls: int = 0
     tool_errors: int = 0
     tool_timeouts: int = 0
+    tool_seconds: tuple[float, ...] = ()
+    """Wall seconds of each tool call its environment ran, in order."""
 
     @property
     def policy_tokens(self) -> int:
@@ -45,6 +47,7 @@ class Builder:
         self.last_stop: int | None = None
         self.reward = 0.0
         self.turns = self.calls = self.errors = self.timeouts = 0
+        self.tool_seconds: list[float] = []
 
     def add_turn(self, completion: Completion, text: str, stop_ids: tuple[int, ...]) -> None:
         ids = list(completion.token_ids)
@@ -63,6 +66,7 @@ class Builder:
         self.calls += observation.tool_calls
         self.errors += observation.tool_errors
         self.timeouts += observation.tool_timeouts
+        self.tool_seconds += observation.tool_seconds
 
     def add_tokens(self, ids: list[int], messages: list[dict[str, Any]]) -> None:
         """The environment's answer: in the sequence (the policy reads it), out of the loss."""
@@ -74,4 +78,5 @@ class Builder:
     def build(self) -> Trajectory:
         return Trajectory(self.prompt_index, MaskedTokens(self.tokens, self.mask), self.logprobs, self.finished_by_stop,
                           messages=self.messages, response=self.last_text, env_reward=self.reward, turns=self.turns,
-                          tool_calls=self.calls, tool_errors=self.errors, tool_timeouts=self.timeouts)
+                          tool_calls=self.calls, tool_errors=self.errors, tool_timeouts=self.timeouts,
+                          tool_seconds=tuple(self.tool_seconds))

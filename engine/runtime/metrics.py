@@ -37,6 +37,8 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_tool_calls": ("Tool calls in the last step's multi-turn rollouts", "multi_turn/tool_calls"),
     "kuberl_tool_errors": ("Tool calls in the last step that were answered with an error message (timeouts included)", "multi_turn/tool_errors"),
     "kuberl_tool_timeouts": ("Tool calls in the last step that ran past their timeout", "multi_turn/tool_timeouts"),
+    "kuberl_tool_seconds_mean": ("Mean wall seconds of the last step's tool calls, as the trainer timed them", "multi_turn/tool_seconds_mean"),
+    "kuberl_tool_seconds_p90": ("90th percentile (nearest rank) of the wall seconds of the last step's tool calls", "multi_turn/tool_seconds_p90"),
     "kuberl_turns_mean": ("Mean turns of the policy per trajectory in the last step", "multi_turn/turns_mean"),
     "kuberl_policy_token_share": ("Share of the last step's trajectory tokens that the policy wrote (the rest, tool results and template tokens, are masked out of the loss)", "multi_turn/policy_token_share"),
 }

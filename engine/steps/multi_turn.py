@@ -10,6 +10,7 @@ all the loss, the KL, the entropy and the advantages read. The rewards see the c
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..data import Example
@@ -20,10 +21,28 @@ from .records import Rollout
 if TYPE_CHECKING:
     from .rollout_ops import RolloutOps
 
+def nearest_rank(values: list[float], share: float) -> float:
+    """The `share` quantile by the nearest-rank rule: the smallest value with at least that share of
+    the values at or below it (p90 of 10 values is the 9th smallest)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+def tool_latency_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Mean and p90 wall seconds of the step's tool calls, as the environment timed them (the trainer's
+    view: a sandbox's start, the call, its transfer); absent when no tool ran."""
+    seconds = [s for t in trajectories for s in t.tool_seconds]
+    if not seconds:
+        return {}
+    return {"multi_turn/tool_seconds_mean": sum(seconds) / len(seconds),
+            "multi_turn/tool_seconds_p90": nearest_rank(seconds, 0.9)}
+
+
 def multi_turn_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     n = max(1, len(trajectories))
     tokens = sum(len(t.token_ids) for t in trajectories)
     return {
+        **tool_latency_metrics(trajectories),
         "multi_turn/turns_mean": sum(t.turns for t in trajectories) / n,
         "multi_turn/tool_calls": float(sum(t.tool_calls for t in trajectories)),
         "multi_turn/tool_errors": float(sum(t.tool_errors for t in trajectories)),
