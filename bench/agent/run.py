@@ -6,7 +6,8 @@ after the same worked example minus its tool call); then the example's training 
 again on the trained model. Writes bench/results/agent_calculator.json.
 
 Usage: .venv/bin/python bench/agent/run.py      (or: make agent-demo; about half an hour on 2 CPU cores)
-       .venv/bin/python bench/agent/run.py eval MODEL_FOLDER     (one evaluation, as JSON on stdout)
+       .venv/bin/python bench/agent/run.py eval MODEL_FOLDER [JOB]    (one evaluation, as JSON on stdout; JOB's
+       task, prompt and tools, default examples/agent-calculator.yaml)
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ RUN = REPO / "runs" / "agent-calculator"
 OUT = REPO / "bench" / "results" / "agent_calculator.json"
 
 
-def evaluate(model: Path) -> dict:
+def evaluate(model: Path, job: Path = JOB) -> dict:
     """Greedy accuracy on the job's validation sums, with the calculator and without it."""
     import transformers
 
@@ -38,8 +39,8 @@ def evaluate(model: Path) -> dict:
     from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
     from kuberl.operator.manifest import load_rljobs
 
-    [job] = load_rljobs(JOB)
-    spec, data, rollout_spec = job.spec, job.spec.data, job.spec.rollout
+    [rljob] = load_rljobs(job)
+    spec, data, rollout_spec = rljob.spec, rljob.spec.data, rljob.spec.rollout
     multi = rollout_spec.multi_turn
     folder = model if model.name != "untrained" else model_folder(spec.model, REPO)
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
@@ -87,9 +88,10 @@ def evaluate(model: Path) -> dict:
     }
 
 
-def evaluate_in_a_process(model: Path) -> dict:
+def evaluate_in_a_process(model: Path, job: Path = JOB) -> dict:
     """One evaluation in a fresh process (one vLLM engine per process)."""
-    out = subprocess.run([sys.executable, __file__, "eval", str(model)], capture_output=True, text=True, cwd=REPO, timeout=3600)
+    out = subprocess.run([sys.executable, __file__, "eval", str(model), str(job)], capture_output=True, text=True, cwd=REPO,
+                         timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"evaluating {model} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -136,7 +138,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "eval":
-        print(json.dumps(evaluate(Path(sys.argv[2]))))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "eval":
+        print(json.dumps(evaluate(Path(sys.argv[2]), *(Path(a) for a in sys.argv[3:]))))
     else:
         main()

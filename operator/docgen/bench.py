@@ -144,6 +144,25 @@ def _agent_calculator(d: dict) -> tuple[str, list[str]]:
         f"{_pct(d['policy_token_share_mean'])} of the trajectories' tokens"])
 
 
+def _agent_calculator_pods(d: dict) -> tuple[str, list[str]]:
+    local, pods, r = d["in_process"], d["pods"], d["ratio_pods_over_in_process"]
+
+    def side(name: str, s: dict) -> str:
+        return (f"{name}: {s['mean_step_seconds']:.0f} s/step, tool calls {1000 * s['tool_seconds_mean']:.0f} ms "
+                f"(p90 {1000 * s['tool_seconds_p90']:.0f} ms), validation reward "
+                + " → ".join(f"{v:.2f}" for v in s["validation_reward_with_tools"].values())
+                + f"; accuracy with the calculator **{_pct(s['after']['accuracy_with_tools'])}**, "
+                f"without {_pct(s['after']['accuracy_without_tools'])}")
+
+    return (f"{PY} bench/agent/pods.py", [
+        f"`{d['job']}`, {d['steps']} steps; the calculator a function tool, its calls in the tool sandbox",
+        side("in-process (`kuberl run`" + (", bubblewrap" if "bubblewrap" in (local.get("sandbox") or "") else "") + ")", local),
+        side(f"sandbox pods on the real node ({pods['setup']['sandbox_pods']} pods)", pods),
+        f"pods / in-process: step time **{r['mean_step_seconds']}x**, tool-call latency **{r['tool_seconds_mean']}x** "
+        f"(p90 {r['tool_seconds_p90']}x)",
+        f"load average at the start {d['load_average_1_5_15']['start'][0]}, at the end {d['load_average_1_5_15']['end'][0]}"])
+
+
 def _lora_rollout(d: dict) -> tuple[str, list[str]]:
     v = d["variants"]
     return (f"{PY} bench/lora/rollout.py", [d["batch"]] + [
@@ -179,7 +198,7 @@ def _images(d: dict) -> tuple[str, list[str]]:
 
 READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
     "sandbox": _sandbox, "images": _images,
-    "agent_calculator": _agent_calculator, "ci": _ci, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
+    "agent_calculator": _agent_calculator, "agent_calculator_pods": _agent_calculator_pods, "ci": _ci, "generate": _generate, "grpo": _grpo, "lora": _lora, "lora_rollout": _lora_rollout, "main_job": _main_job, "operator": _operator, "reshard": _reshard,
     "rollout": _rollout, "train_attention_weight": _attention_weight, "validate": _validate,
 }
 
