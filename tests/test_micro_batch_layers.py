@@ -52,3 +52,20 @@ def test_the_output_layer_sees_only_the_positions_that_predict_a_response_token(
     got = head(hidden)
     assert got.shape == (int(BATCH.response_lens.sum()), 1, 5)
     assert torch.allclose(got[:, 0], want)
+
+
+class ScaledAngleTable(AngleTable):
+    """megatron-core's YarnRotaryEmbedding's contract: forward(max_seq_len) -> (angles, the cos/sin scale)."""
+
+    def forward(self, max_seq_len: int) -> tuple[torch.Tensor, float]:  # type: ignore[override]
+        return super().forward(max_seq_len), 1.25
+
+
+def test_a_rotary_table_that_comes_with_its_scale_is_looked_up_and_keeps_the_scale():
+    x = packed_inputs(BATCH, share_prefix=True)
+    rotary = ScaledAngleTable(8)
+    table, _ = rotary(64)
+    rope_at_positions(rotary, lambda: x)
+    got, scale = rotary(x.input_ids.shape[1])
+    assert scale == 1.25 and got.shape == (x.input_ids.shape[1], 1, 1, 8)
+    assert torch.equal(got[:, 0, 0], table[x.positions[0], 0, 0])

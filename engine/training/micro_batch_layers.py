@@ -47,12 +47,15 @@ def rope_at_positions(rotary: torch.nn.Module, current: CurrentInputs) -> None:
     megatron-core's local attention path rotates token i by position i of the row; a packed row
     holds several sequences whose positions restart (or, with a shared prefix, continue from the
     prompt), so the angles are looked up per token: [s, rows, 1, d] instead of [s, 1, 1, d].
+    megatron-core's YarnRotaryEmbedding returns (table, mscale): the table is looked up the same, the scale kept.
     """
     original = rotary.forward
 
     def forward(max_seq_len: int, *args, **kwargs):
         positions = current().positions  # [rows, s]
-        table = original(max(max_seq_len, int(positions.max()) + 1), *args, **kwargs)  # [n, 1, 1, d]
-        return table[:, 0, 0, :][positions.T][:, :, None, :]
+        out = original(max(max_seq_len, int(positions.max()) + 1), *args, **kwargs)  # [n, 1, 1, d]
+        table, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
+        looked_up = table[:, 0, 0, :][positions.T][:, :, None, :]
+        return looked_up if rest is None else (looked_up, *rest)
 
     rotary.forward = forward
