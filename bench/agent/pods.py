@@ -124,7 +124,7 @@ def in_process(work: Path) -> dict[str, Any]:
     if run.returncode != 0:
         raise SystemExit(f"the in-process run failed:\n{text[-3000:]}")
     where = said(text, "tool calls run")
-    return {**summary(records_of(RUN / "metrics.jsonl"), wall), "sandbox": where[0] if where else None,
+    return {**summary(records_of(RUN / "metrics.jsonl"), wall), "sandbox": where,
             "load_average_1_5_15": {"before": load_before, "after": load()}}
 
 
@@ -228,9 +228,13 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         load_before = load()
         applied = time.monotonic()
         plane.kubectl("apply", "-f", "-", input=json.dumps(doc))
-        while status(plane, namespace, name).get("phase") not in ("Succeeded", "Failed"):  # a kubectl every 10 s: little CPU
+        said_at = 0.0
+        while (now := status(plane, namespace, name)).get("phase") not in ("Succeeded", "Failed"):  # a kubectl every 10 s: little CPU
             if time.monotonic() - applied > JOB_TIMEOUT_S:
-                raise SystemExit(f"{namespace}/{name} did not end within {JOB_TIMEOUT_S} s: {status(plane, namespace, name)}")
+                raise SystemExit(f"{namespace}/{name} did not end within {JOB_TIMEOUT_S} s: {now}")
+            if time.monotonic() - said_at > 60:
+                said_at = time.monotonic()
+                log(f"{namespace}/{name}: {now.get('phase')}, step {now.get('step')}")
             time.sleep(10)
         wall = time.monotonic() - applied
         s = status(plane, namespace, name)
@@ -244,7 +248,7 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         where = said(trainer_log, "tool calls run")
         serving = sorted({said(sandbox_log, k) for k in ("serving tool calls", "bubblewrap does not work")} - {None})
         container = sandbox_pods[0]["spec"]["containers"][0] if sandbox_pods else {}
-        result = {**summary(records_of(out / "metrics.jsonl"), wall), "sandbox": where[0] if where else None,
+        result = {**summary(records_of(out / "metrics.jsonl"), wall), "sandbox": where,
                   "load_average_1_5_15": {"before": load_before, "after": load()}, "restarts": s.get("restarts", 0)}
         result["setup"] = {
             "node": "kuberl.operator.testing: one real node (containerd, runc, kubelet, CNI bridge, kube-proxy, CoreDNS) in a "
@@ -266,16 +270,15 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         result["final"] = str(out / "final")
         return result
     finally:
-        if plane is not None:
-            plane.helm("uninstall", "kuberl", "--namespace", "kuberl-system", "--wait", "--timeout", "120s", check=False)
-        if schedulers is not None:
-            schedulers.stop()
-        if node is not None:
-            node.stop()
-        else:
-            network.destroy()
-        if plane is not None:
-            plane.stop()
+        for what, stop in (("the chart", lambda: plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait",
+                                                            "--timeout", "120s", check=False) if node is not None else None),
+                           ("JobSet and Kueue", schedulers.stop if schedulers is not None else lambda: None),
+                           ("the node", node.stop if node is not None else network.destroy),
+                           ("the control plane", plane.stop if plane is not None else lambda: None)):
+            try:
+                stop()
+            except Exception as exc:  # noqa: BLE001 - the rest must still stop
+                log(f"stopping {what}: {exc}")
 
 
 # --- both, in turn -----------------------------------------------------------------------------------------
@@ -307,6 +310,7 @@ def main() -> None:
         images = dict(line.split("=", 1) for line in script("images.sh", KUBERL_GPU_IMAGE="0").splitlines() if "=" in line)
         log(f"images ready; in-process: kuberl run {JOB.relative_to(REPO)}")
         local = in_process(work)
+        (work / "in-process.json").write_text(json.dumps(local, indent=2))  # each side as it ends, should a later one fail
         log(f"in-process: {local['mean_step_seconds']} s/step, tool calls {local['tool_seconds_mean']} s (p90 {local['tool_seconds_p90']})")
         # Its model's evaluation runs while the node starts (it uses no node; the job waits for it).
         with open(work / "eval-in-process.json", "w") as stdout, open(work / "eval-in-process.log", "w") as stderr:
@@ -318,6 +322,7 @@ def main() -> None:
             if evaluation.poll() is None:
                 evaluation.kill()
             raise
+        (work / "pods.json").write_text(json.dumps(pods, indent=2))
         log(f"pods: {pods['mean_step_seconds']} s/step, tool calls {pods['tool_seconds_mean']} s (p90 {pods['tool_seconds_p90']})")
     if evaluation.wait() != 0:
         raise SystemExit(f"evaluating the in-process model failed:\n{(work / 'eval-in-process.log').read_text()[-3000:]}")
