@@ -228,10 +228,15 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         load_before = load()
         applied = time.monotonic()
         plane.kubectl("apply", "-f", "-", input=json.dumps(doc))
-        said_at = 0.0
+        said_at, sandbox_pods = 0.0, []
+        sandbox = f"kuberl.dev/sandbox={name}"
         while (now := status(plane, namespace, name)).get("phase") not in ("Succeeded", "Failed"):  # a kubectl every 10 s: little CPU
             if time.monotonic() - applied > JOB_TIMEOUT_S:
                 raise SystemExit(f"{namespace}/{name} did not end within {JOB_TIMEOUT_S} s: {now}")
+            if not sandbox_pods and (now.get("step") or 0) >= 1:
+                # The sandbox pods as they served the first step (the operator deletes them when the job ends).
+                sandbox_pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", sandbox, "-o", "json").stdout)["items"]
+                (work / "sandbox.log").write_text(pod_logs(plane, namespace, sandbox))
             if time.monotonic() - said_at > 60:
                 said_at = time.monotonic()
                 log(f"{namespace}/{name}: {now.get('phase')}, step {now.get('step')}")
@@ -239,11 +244,10 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         wall = time.monotonic() - applied
         s = status(plane, namespace, name)
         (work / "trainer.log").write_text(pod_logs(plane, namespace, f"kuberl.dev/job={name}"))
-        (work / "sandbox.log").write_text(pod_logs(plane, namespace, f"kuberl.dev/sandbox={name}"))
         if s.get("phase") != "Succeeded":
             raise SystemExit(f"the RLJob ended {s.get('phase')}: {json.dumps(s)[:2000]}\n{(work / 'trainer.log').read_text()[-3000:]}")
-        sandbox_pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", f"kuberl.dev/sandbox={name}", "-o",
-                                                "json").stdout)["items"]
+        if not (work / "sandbox.log").exists():
+            (work / "sandbox.log").write_text("")
         trainer_log, sandbox_log = (work / "trainer.log").read_text(), (work / "sandbox.log").read_text()
         where = said(trainer_log, "tool calls run")
         serving = sorted({said(sandbox_log, k) for k in ("serving tool calls", "bubblewrap does not work")} - {None})
