@@ -1,11 +1,14 @@
 """Which rope a Hugging Face config asks for, and what the engine refuses, before any weight loads.
-Megatron-core against transformers with Llama 3.1's scaling: tests/engine/test_megatron.py."""
+Megatron-core against transformers with llama3, linear and YaRN scaling: tests/engine/test_megatron.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from kuberl.engine.models.arch import UnsupportedModel, rope_scaling_factor
+from kuberl.engine.models.arch import (LinearScaling, UnsupportedModel, YarnScaling, read_rope_scaling,
+                                       rope_scaling_factor)
 
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
@@ -22,15 +25,39 @@ def test_llama3_scaling_is_read(scaling: dict, factor: float) -> None:
     assert rope_scaling_factor(scaling) == factor
 
 
+def test_linear_and_yarn_scaling_are_read_into_their_records() -> None:
+    assert read_rope_scaling({"rope_type": "linear", "factor": 4.0}) == LinearScaling(4.0)
+    assert read_rope_scaling({"type": "linear", "factor": 2.0, "rope_theta": 1e4}) == LinearScaling(2.0)
+    qwen3 = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}  # Qwen3's long-context recipe
+    assert read_rope_scaling(qwen3, max_position_embeddings=131072) == YarnScaling(4.0, 32768)
+    assert rope_scaling_factor(qwen3) == 4.0
+    # transformers' order for the pretraining context: the config's top-level key, rope_scaling's, max_position_embeddings.
+    assert read_rope_scaling({**qwen3, "original_max_position_embeddings": None}, max_position_embeddings=40960) \
+        == YarnScaling(4.0, 40960)
+    assert read_rope_scaling(qwen3, original_max_position_embeddings=4096).original_max_position_embeddings == 4096
+    # transformers and vLLM take mscale over mscale_all_dim only where both are set and non-zero (DeepSeek's).
+    deepseek = read_rope_scaling({**qwen3, "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 16, "truncate": False})
+    assert deepseek == YarnScaling(4.0, 32768, beta_fast=16.0, mscale=0.707, mscale_all_dim=0.707, truncate=False)
+    assert read_rope_scaling({**qwen3, "mscale": 0.707}) == YarnScaling(4.0, 32768)  # mscale 1 over 0: get_mscale(factor)
+
+
 @pytest.mark.parametrize("scaling,words", [
-    ({"rope_type": "yarn", "factor": 4.0}, "'yarn' is not supported (supported: default, llama3)"),
-    ({"rope_type": "dynamic", "factor": 2.0}, "'dynamic' is not supported"),
+    ({"rope_type": "dynamic", "factor": 2.0}, "'dynamic' is not supported (supported: default, llama3, linear, yarn)"),
+    ({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [4.0]}, "'longrope' is not supported"),
+    ({"rope_type": "ntk", "factor": 2.0}, "'ntk' is not supported"),
     ({**LLAMA31, "original_max_position_embeddings": 4096}, "original_max_position_embeddings"),
     ({**LLAMA31, "low_freq_factor": 2.0}, "low_freq_factor"),
     ({**LLAMA31, "factor": 0.5}, "at least 1"),
+    ({"rope_type": "linear", "factor": 0.5}, "linear rope_scaling factor 0.5 is not supported: it must be a number of at least 1"),
+    ({"rope_type": "linear"}, "linear rope_scaling without a factor"),
+    ({"rope_type": "linear", "factor": 4}, "vLLM takes it only as a float (write 4.0)"),
+    ({"rope_type": "yarn", "factor": 4.0}, "yarn rope_scaling with original_max_position_embeddings=None"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "attention_factor": 1.2},
+     "attention_factor=1.2 is not supported: megatron-core derives it"),
+    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "beta_fast": None}, "beta_fast=None"),
 ])
 def test_anything_megatron_core_would_compute_otherwise_is_refused(scaling: dict, words: str) -> None:
-    with pytest.raises(UnsupportedModel, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UnsupportedModel, match=re.escape(words)):
         rope_scaling_factor(scaling)
 
 

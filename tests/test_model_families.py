@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.engine.models.arch import LlamaArch, UnsupportedModel
+from kuberl.engine.models.arch import LlamaArch, UnsupportedModel, YarnScaling
 from kuberl.engine.models.families import FAMILIES, ModelFamily, family_of, supported_model_types
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,8 +105,11 @@ def test_a_window_as_long_as_the_context_is_not_refused() -> None:
 def test_rope_scaling_is_the_family_s_to_accept() -> None:
     llama = FAMILIES["llama"].example
     assert LlamaArch.from_hf_config(llama).rope_scaling_factor == 8.0
-    with pytest.raises(UnsupportedModel, match=r"'yarn' is not supported \(supported: default, llama3\)"):
-        LlamaArch.from_hf_config({**llama, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    with pytest.raises(UnsupportedModel, match=r"'dynamic' is not supported \(supported: default, llama3, linear, yarn\)"):
+        LlamaArch.from_hf_config({**llama, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}})
+    # YaRN's pretraining context defaults to the config's max_position_embeddings, as transformers defaults it.
+    yarn = LlamaArch.from_hf_config({**llama, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}).rope_scaling
+    assert yarn == YarnScaling(4.0, llama["max_position_embeddings"])
 
 
 def test_a_job_runs_the_families_without_a_job_refusal() -> None:

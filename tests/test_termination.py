@@ -53,7 +53,7 @@ def test_an_unsupported_model_is_refused_as_such() -> None:
     with pytest.raises(UnsupportedModel, match="gemma3"):
         LlamaArch.from_hf_config({"model_type": "gemma3"})
     with pytest.raises(UnsupportedModel, match="rope_scaling"):
-        LlamaArch.from_hf_config({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+        LlamaArch.from_hf_config({"model_type": "llama", "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}})
 
 
 def test_the_report_fits_the_termination_message_however_long_the_error() -> None:

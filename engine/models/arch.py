@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .families import family_of
-from .rope import LLAMA3_ROPE, SUPPORTED_ROPE_SCALING, rope_scaling_factor
+from .rope import (LLAMA3_ROPE, SUPPORTED_ROPE_SCALING, LinearScaling, Llama3Scaling, RopeScaling, YarnScaling,
+                   read_rope_scaling, rope_scaling_factor)
 from .unsupported import UnsupportedModel
 
-__all__ = ["LLAMA3_ROPE", "MAKE_VOCAB_SIZE_DIVISIBLE_BY", "SUPPORTED_ROPE_SCALING", "LlamaArch", "UnsupportedModel",
-           "rope_scaling_factor"]
+__all__ = ["LLAMA3_ROPE", "MAKE_VOCAB_SIZE_DIVISIBLE_BY", "SUPPORTED_ROPE_SCALING", "LinearScaling", "Llama3Scaling",
+           "LlamaArch", "RopeScaling", "UnsupportedModel", "YarnScaling", "read_rope_scaling", "rope_scaling_factor"]
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 """Megatron-LM's default: a vocabulary that tp does not divide is padded to a multiple of this times tp."""
@@ -32,8 +33,8 @@ class LlamaArch:
     tie_word_embeddings: bool
     qkv_bias: bool
     """Qwen2 has biases on q, k and v; Llama has none."""
-    rope_scaling_factor: float | None = None
-    """Llama 3.1+'s rope scaling (rope_type llama3) with this factor; None: plain rope."""
+    rope_scaling: RopeScaling | None = None
+    """The rope scaling (rope.py: llama3, linear or yarn, with its parameters); None: plain rope."""
     qk_norm: bool = False
     """Qwen3 normalises each head's query and key (RMSNorm over the head dimension) before the rope."""
     num_experts: int = 0
@@ -54,6 +55,11 @@ class LlamaArch:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def rope_scaling_factor(self) -> float | None:
+        """The rope scaling's factor, whichever its kind; None: plain rope."""
+        return None if self.rope_scaling is None else self.rope_scaling.factor
 
     def padded_vocab_size(self, tp: int) -> int:
         """The vocabulary rows megatron-core's embedding and output layer hold under `tp`: the model's own where tp

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from ..compat import megatron_cpu
-from ..models.arch import LlamaArch
+from ..models.arch import LinearScaling, Llama3Scaling, LlamaArch, YarnScaling
 
 
 def moe_config(arch: LlamaArch, ep: int = 1) -> dict:
@@ -32,12 +36,51 @@ def moe_config(arch: LlamaArch, ep: int = 1) -> dict:
     )
 
 
+@cache
+def _yarn_transformer_config() -> type:
+    """TransformerConfig with the yarn_* fields megatron-core's GPTModel reads for position_embedding_type "yarn"
+    (gpt_model.py) and its attention reads for the cos/sin scale (_yarn_get_concentration_factor_from_config), which
+    TransformerConfig itself does not declare."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    @dataclass
+    class YarnTransformerConfig(TransformerConfig):
+        yarn_rotary_scaling_factor: float = 1.0
+        yarn_original_max_position_embeddings: int = 4096
+        yarn_beta_fast: float = 32.0
+        yarn_beta_slow: float = 1.0
+        yarn_mscale: float = 1.0
+        yarn_mscale_all_dim: float = 0.0
+        yarn_correction_range_round_to_int: bool = True
+
+    return YarnTransformerConfig
+
+
+def rope_config(arch: LlamaArch) -> tuple[type | None, dict[str, Any], dict[str, Any]]:
+    """How megatron-core computes arch's rope: the TransformerConfig subclass it needs (None: TransformerConfig),
+    that config's rope fields, and GPTModel's."""
+    scaling = arch.rope_scaling
+    model: dict[str, Any] = dict(position_embedding_type="rope", rope_scaling=False)
+    if isinstance(scaling, Llama3Scaling):
+        return None, {}, {**model, "rope_scaling": True, "rope_scaling_factor": scaling.factor}
+    if isinstance(scaling, LinearScaling):
+        return None, {}, {**model, "seq_len_interpolation_factor": scaling.factor}
+    if isinstance(scaling, YarnScaling):
+        fields = dict(yarn_rotary_scaling_factor=scaling.factor,
+                      yarn_original_max_position_embeddings=scaling.original_max_position_embeddings,
+                      yarn_beta_fast=scaling.beta_fast, yarn_beta_slow=scaling.beta_slow, yarn_mscale=scaling.mscale,
+                      yarn_mscale_all_dim=scaling.mscale_all_dim, yarn_correction_range_round_to_int=scaling.truncate)
+        return _yarn_transformer_config(), fields, {"position_embedding_type": "yarn"}
+    return None, {}, model
+
+
 def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.dtype = torch.float32, ep: int = 1):
     """megatron-core's TransformerConfig for `arch`; fused kernels off, so CPU and GPU compute alike."""
     from megatron.core.transformer.transformer_config import TransformerConfig
 
     arch.check_layout(tp, pp, ep)
-    return TransformerConfig(
+    config_class, rope_fields, _ = rope_config(arch)
+    return (config_class or TransformerConfig)(
         num_layers=arch.num_layers,
         hidden_size=arch.hidden_size,
         ffn_hidden_size=arch.moe_intermediate_size if arch.is_moe else arch.intermediate_size,
@@ -67,6 +110,7 @@ def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.d
         attention_softmax_in_fp32=True,
         qk_layernorm=arch.qk_norm,
         **moe_config(arch, ep),
+        **rope_fields,
     )
 
 
@@ -90,11 +134,9 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
         pre_process=pp_rank == 0,
         post_process=pp_rank == pp - 1,
         share_embeddings_and_output_weights=arch.tie_word_embeddings if share_embeddings is None else share_embeddings,
-        position_embedding_type="rope",
         rotary_base=int(arch.rope_theta),
-        rope_scaling=arch.rope_scaling_factor is not None,
-        rope_scaling_factor=arch.rope_scaling_factor or 8.0,
         parallel_output=True,
+        **rope_config(arch)[2],
     )
     if pp_rank == pp - 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
         mask_padded_vocab(model.output_layer, arch, tp)

@@ -23,6 +23,11 @@ from .rank_processes import wait_for_ranks
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
 LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 8192}
+# Rope scalings past an 8192-token original context, on rope_theta 10000: with a head size of 16, YaRN's correction
+# range (beta_fast 32, beta_slow 1) is dimensions 3-7 of 8, so it interpolates some, extrapolates some and ramps between.
+SCALED_ROPE = {"linear": {"rope_type": "linear", "factor": 4.0},
+               "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+               "qwen3_yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}}
 
 
 def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
@@ -39,6 +44,17 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
         config = transformers.LlamaConfig(**{**common, "max_position_embeddings": 131072}, tie_word_embeddings=False,
                                           rope_theta=500000.0, rope_scaling=LLAMA31_ROPE, initializer_range=0.2)
         model = transformers.LlamaForCausalLM(config)
+        positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
+    elif kind in ("linear", "yarn"):  # Llama with linear (position interpolation) or YaRN scaling, read past 8192
+        config = transformers.LlamaConfig(**{**common, "max_position_embeddings": 32768}, tie_word_embeddings=False,
+                                          rope_theta=10000.0, rope_scaling=SCALED_ROPE[kind], initializer_range=0.2)
+        model = transformers.LlamaForCausalLM(config)
+        positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
+    elif kind == "qwen3_yarn":  # Qwen3's long-context recipe: YaRN, after its per-head q/k norms
+        config = transformers.Qwen3Config(**{**common, "max_position_embeddings": 32768}, head_dim=16,
+                                          tie_word_embeddings=True, rope_theta=10000.0, rope_scaling=SCALED_ROPE[kind],
+                                          initializer_range=0.2)
+        model = transformers.Qwen3ForCausalLM(config)
         positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
     elif kind == "qwen3":  # per-head RMSNorm of q and k, a head size apart from hidden / heads, tied embeddings
         config = transformers.Qwen3Config(**common, head_dim=32, tie_word_embeddings=True)
@@ -94,7 +110,8 @@ def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Pat
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     directory = tmp_path_factory.mktemp("models")
-    return {kind: make_model(kind, directory) for kind in ("llama", "qwen2", "llama3", "qwen3", "mistral", "padded")}
+    return {kind: make_model(kind, directory)
+            for kind in ("llama", "qwen2", "llama3", "qwen3", "mistral", "padded", "linear", "yarn", "qwen3_yarn")}
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +126,14 @@ def _batch_first(logits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 # (logits, loss, gradients) absolute tolerances. At position 9000 an fp32 rotary angle (position x frequency) is
 # only known to its ulp, 9000 x 2^-24 ~ 5e-4 rad, and transformers and megatron-core compute it in other orders:
-# the llama3 model's logits (up to ~6 with its larger init) agree to about 1e-4 of their size, not 1e-5.
+# the llama3 model's logits (up to ~6 with its larger init) agree to about 1e-4 of their size, not 1e-5. So do the
+# linear and YaRN models' (YaRN's cos/sin scale of 1.14 weighs that error by 1.3; at positions 0-15 they agree to 1e-5).
 TOLERANCE = {"llama": (1e-4, 1e-5, 1e-5), "qwen2": (1e-4, 1e-5, 1e-5), "qwen3": (1e-4, 1e-5, 1e-5), "mistral": (1e-4, 1e-5, 1e-5),
-             "padded": (1e-4, 1e-5, 1e-5), "llama3": (2e-3, 2e-4, 2e-3)}
+             "padded": (1e-4, 1e-5, 1e-5), "llama3": (2e-3, 2e-4, 2e-3), "linear": (2e-3, 2e-4, 2e-3),
+             "yarn": (3e-3, 3e-4, 3e-3), "qwen3_yarn": (3e-3, 3e-4, 3e-3)}
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "llama3", "qwen3", "mistral"])
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "llama3", "qwen3", "mistral", "linear", "yarn", "qwen3_yarn"])
 def test_one_process_matches_transformers(models, single, kind: str) -> None:
     _, reference = models[kind]
     out = single[kind]
@@ -130,7 +149,7 @@ def test_one_process_matches_transformers(models, single, kind: str) -> None:
 @pytest.mark.parametrize(
     ("kind", "tp", "pp", "dp"),
     [("llama", 2, 1, 1), ("llama", 1, 2, 1), ("llama", 2, 2, 1), ("llama", 1, 1, 2), ("qwen2", 2, 1, 1), ("qwen2", 1, 2, 1),
-     ("llama3", 2, 1, 1), ("qwen3", 2, 1, 1), ("qwen3", 1, 2, 1), ("padded", 2, 1, 1), ("padded", 2, 2, 1)],
+     ("llama3", 2, 1, 1), ("yarn", 2, 1, 1), ("qwen3", 2, 1, 1), ("qwen3", 1, 2, 1), ("padded", 2, 1, 1), ("padded", 2, 2, 1)],
     ids=lambda v: str(v),
 )
 def test_parallel_layout_matches_one_process(models, single, tmp_path: Path, kind: str, tp: int, pp: int, dp: int) -> None:
@@ -156,6 +175,26 @@ def test_llama3_rope_scaling_matters_at_those_positions(models, single) -> None:
         logits = unscaled(blob["input_ids"], position_ids=blob["position_ids"]).logits
     assert (logits - reference["logits"]).abs().max() > 50 * TOLERANCE["llama3"][0]  # far beyond the equality's tolerance
     assert LlamaArch.from_hf_config(blob["hf_config"]).rope_scaling_factor == 8.0
+
+
+@pytest.mark.parametrize("kind", ["linear", "yarn", "qwen3_yarn"])
+def test_rope_scaling_matters_at_those_positions(models, single, kind: str) -> None:
+    """Linear and YaRN scaling as llama3's above: the same weights with plain rope give other logits at positions
+    9000-9015, past the original 8192-token context, so megatron-core's equality with transformers there
+    (test_one_process_matches_transformers) is the scaling's; and the arch carries the kind megatron-core is given."""
+    path, reference = models[kind]
+    blob = torch.load(path, weights_only=False)
+    config_class = transformers.Qwen3Config if kind.startswith("qwen3") else transformers.LlamaConfig
+    model_class = transformers.Qwen3ForCausalLM if kind.startswith("qwen3") else transformers.LlamaForCausalLM
+    plain = config_class(**{k: v for k, v in blob["hf_config"].items() if k not in ("rope_scaling", "rope_parameters")},
+                         rope_theta=10000.0)
+    unscaled = model_class(plain).float()
+    unscaled.load_state_dict(blob["state_dict"])
+    with torch.no_grad():
+        logits = unscaled(blob["input_ids"], position_ids=blob["position_ids"]).logits
+    assert (logits - reference["logits"]).abs().max() > 50 * TOLERANCE[kind][0]
+    scaling = LlamaArch.from_hf_config(blob["hf_config"]).rope_scaling
+    assert scaling is not None and scaling.kind == SCALED_ROPE[kind]["rope_type"] and scaling.factor == 4.0
 
 
 # --- conversion, without processes ---------------------------------------------------------------

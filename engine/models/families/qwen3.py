@@ -18,6 +18,8 @@ FAMILY = register_family(ModelFamily(
     tests=(f"{MEGATRON}::test_one_process_matches_transformers[qwen3]",
            f"{MEGATRON}::test_parallel_layout_matches_one_process[qwen3]",
            f"{MEGATRON}::test_conversion_round_trip_is_exact[qwen3]",
+           f"{MEGATRON}::test_one_process_matches_transformers[qwen3_yarn]",
+           f"{MEGATRON}::test_rope_scaling_matters_at_those_positions[qwen3_yarn]",
            "tests/engine/test_hybrid.py::test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step[qwen3]"),
     parallelism=Parallelism(tp=True, pp=True, ep=False,
                             notes="under tp each rank's heads give part of the q/k norms' gradient: megatron's DDP sums them"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from ..rope import SUPPORTED_ROPE_SCALING, rope_scaling_factor
+from ..rope import SUPPORTED_ROPE_SCALING, read_rope_scaling
 from ..unsupported import UnsupportedModel
 
 Get = Callable[..., Any]
@@ -84,7 +84,8 @@ class ModelFamily:
         for refusal in self.refusals:
             refusal.check(model_type, get)
         return dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
-                    rope_scaling_factor=rope_scaling_factor(get("rope_scaling") or get("rope_parameters") or {}, self.rope_scalings),
+                    rope_scaling=read_rope_scaling(get("rope_scaling") or get("rope_parameters") or {}, self.rope_scalings,
+                                                   get("max_position_embeddings"), get("original_max_position_embeddings")),
                     **(self.moe(get) if self.moe is not None else {}))
 
 
