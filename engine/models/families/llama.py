@@ -28,6 +28,8 @@ FAMILY = register_family(ModelFamily(
            f"{MEGATRON}::test_parallel_layout_matches_one_process[yarn]",
            f"{MEGATRON}::test_rope_scaling_matters_at_those_positions[yarn]",
            "tests/engine/test_vllm_rope_scaling.py::test_vllm_greedy_logprobs_equal_transformers_past_the_original_context",
+           "tests/engine/test_vllm_rope_scaling.py::test_vllm_greedy_logprobs_equal_transformers_with_linear_and_yarn_scaling[linear]",
+           "tests/engine/test_vllm_rope_scaling.py::test_vllm_greedy_logprobs_equal_transformers_with_linear_and_yarn_scaling[yarn]",
            "tests/engine/test_hybrid.py::test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step[llama]"),
     parallelism=Parallelism(tp=True, pp=True, ep=False),
     refusals=(ATTENTION_BIAS, MLP_BIAS),
