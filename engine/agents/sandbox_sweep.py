@@ -1,7 +1,8 @@
 """What a sandbox pod's server does between two calls: nothing of the last call may survive it.
 
 The server is the pod's process tree. In its container it is PID 1 of the container's PID namespace:
-every other process there is a call's, and all are killed. Elsewhere (a test on this machine) it is
+every other process there is a call's, and all are killed at once with kill(-1), which a fork bomb
+cannot outrun. Elsewhere (a test on this machine) it is
 a child subreaper, so that a daemon a call left behind (double fork, setsid) is re-parented to it,
 stays its descendant, and is killed as one. Then the scratch folders are emptied, whatever modes the
 call left on them. The server also makes itself undumpable: a call running as its user (the plain
@@ -82,6 +83,14 @@ def sweep(whole_namespace: bool, within: float = 10.0) -> list[int]:
     me = os.getpid()
     deadline = time.monotonic() + within
     while True:
+        if whole_namespace:
+            # One signal to every other process of the namespace, sent while the kernel holds its task
+            # list: no fork completes during it, so a fork bomb cannot outrun it as it outruns a sweep
+            # that reads /proc first and kills what it read.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # nothing else runs
         table = process_table()
         left = targets(table, me, whole_namespace)
         for pid in left:

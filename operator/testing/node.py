@@ -39,6 +39,8 @@ NODE_NAME = "kuberl-node"
 OPERATOR_NAMESPACE = "kuberl-system"
 """Where the node tests install the chart."""
 CLUSTER_DOMAIN = "cluster.local"
+POD_PIDS_LIMIT = 1024
+"""The kubelet's podPidsLimit: docs/security.md asks it of every node that runs sandbox pods."""
 NODE_LABEL = "kuberl.dev/real-node"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 NODE_BINARIES = ("containerd", "containerd-shim-runc-v2", "ctr", "runc", "coredns", "registry")
@@ -267,6 +269,9 @@ def _start_kubelet(node: Node) -> None:
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "maxPods": 40,
+        # What docs/security.md asks of a node that runs sandbox pods: a fork bomb in one gets this many
+        # processes, not the node's. Trainer pods (torch's and vLLM's threads count) stay far below it.
+        "podPidsLimit": POD_PIDS_LIMIT,
         "serializeImagePulls": False,
         # The images the suite imports are named localhost/*. Once the kubelet has pulled the same image
         # (same config digest) under another name, as the quickstart does from its registry, its pull

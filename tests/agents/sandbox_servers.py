@@ -11,6 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kuberl.engine.agents.sandbox_pod import PodBackend
 
@@ -37,12 +38,14 @@ class Server:
                 self.proc.wait()
 
 
-def start_server(scratch: Path, backend: str = "auto", cwd: Path | None = None, env: dict[str, str] | None = None) -> Server:
-    """A server on a free loopback port, once it says it serves."""
+def start_server(scratch: Path, backend: str = "auto", cwd: Path | None = None, env: dict[str, str] | None = None,
+                 command: list[str] | None = None, preexec: Callable[[], object] | None = None) -> Server:
+    """A server on a free loopback port, once it says it serves; `command` replaces the `kuberl` that
+    starts it (a wrapper that ends with it), `preexec` runs in the child before it starts."""
     scratch.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([KUBERL, "sandbox-serve", "--port", "0", "--host", "127.0.0.1", "--scratch", str(scratch),
+    proc = subprocess.Popen([*(command or [KUBERL]), "sandbox-serve", "--port", "0", "--host", "127.0.0.1", "--scratch", str(scratch),
                              "--backend", backend], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
-                            env=env if env is not None else dict(os.environ), text=True)
+                            env=env if env is not None else dict(os.environ), text=True, preexec_fn=preexec)
     deadline = time.monotonic() + 120
     assert proc.stdout is not None
     while time.monotonic() < deadline:
