@@ -5,7 +5,7 @@
 Runs scripts/images.sh (which builds what its inputs' hashes do not find cached), then reads each image's
 layers from buildah's storage (uncompressed sizes, as a node stores them) with the Dockerfile step that made
 each, and runs the GPU image's install check on this machine. Not a race against a baseline: what a cluster
-pulls, and which change makes a node pull what again (the dependency layer changes only with the lock).
+pulls, and which change makes a node pull what again (the dependency layers change only with the lock).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def step_name(created_by: str) -> str:
     """A Dockerfile step as buildah records it, shortened to what a reader recognises."""
     text = created_by.replace("/bin/sh -c #(nop) ", "").replace("/bin/sh -c ", "RUN ").strip()
     text = re.sub(r"^\|\d+ (\S+=\S* )*", "", text)  # the build arguments a RUN saw
-    text = re.sub(r"(COPY (?:file|dir)):[0-9a-f]{64}", r"\1", text)
+    text = re.sub(r"(COPY (?:file|dir|multi)):[0-9a-f]{64}", r"\1", text)
     text = re.sub(r"\s+", " ", text)
     return text if len(text) <= 90 else text[:87] + "..."
 
@@ -46,9 +46,10 @@ def layers(ref: str) -> list[dict]:
     if len(steps) != len(sizes):  # the base's own history is not ours to split
         steps = ["(base)"] * (len(sizes) - len(steps)) + steps
     steps[0] = "the base (Debian 12, Python 3.11)"
-    for i in range(1, len(steps)):
-        if steps[i - 1] == "COPY dir in ./requirements":
-            steps[i] = "the dependencies (requirements/*.lock)"
+    for i, step in enumerate(steps):
+        group = re.search(r"install-locked\.sh \S+ (\w+)", step)
+        if group:
+            steps[i] = f"the dependencies: {group.group(1)} (trainer_image/install-locked.sh)"
     return [{"step": s, "bytes": b} for s, b in zip(steps, sizes)]
 
 

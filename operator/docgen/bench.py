@@ -184,10 +184,13 @@ def _images(d: dict) -> tuple[str, list[str]]:
     figures = []
     for name, image in d["images"].items():
         base, *rest = image["layers"]
-        deps = sum(layer["bytes"] for layer in rest if layer["step"].startswith("the dependencies"))
+        dep_layers = [layer["bytes"] for layer in rest if layer["step"].startswith("the dependencies")]
+        deps = sum(dep_layers)
         own = sum(layer["bytes"] for layer in rest) - deps
-        split = f"the base {base['bytes'] / 1e6:.0f} MB" + (f", the dependencies {deps / 1e9:.2f} GB (a layer that changes only with "
-                                                             f"the lock)" if deps else "") + f", the rest {own / 1e6:.0f} MB"
+        largest = f", the largest {max(dep_layers) / 1e9:.2f} GB" if len(dep_layers) > 1 else ""
+        split = f"the base {base['bytes'] / 1e6:.0f} MB" + (
+            f", the dependencies {deps / 1e9:.2f} GB ({len(dep_layers)} layer(s) that change only with the lock{largest})"
+            if deps else "") + f", the rest {own / 1e6:.0f} MB"
         figures.append(f"{name}: {image['bytes'] / 1e9:.2f} GB in {len(image['layers'])} layers: {split}")
     check = d["gpu_image_check"]
     gpu = next((ln[5:] for ln in check["lines"] if ln.startswith(("---", "gpu"))), "")
