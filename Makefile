@@ -66,5 +66,5 @@ agent-demo: setup  ## the agentic demo: SmolLM2-135M learns to call a calculator
 bench-setup: setup  ## what bench/grpo needs besides .venv: TRL (its baseline), within the lock's versions
 	$(UV) pip install --quiet --python $(PY) --constraint requirements/cpu.lock trl==1.16.0 datasets==5.2.0
 
-dist:  ## wheel, sdist, Helm chart and image archives in dist/ with SHA256SUMS (DIST_IMAGES=0: without the images)
-	DIST_IMAGES=$(DIST_IMAGES) UV=$(UV) bash scripts/dist.sh dist
+dist:  ## wheel, sdist, Helm chart and image archives in dist/ with SHA256SUMS (BUILDER=docker|podman|buildah: images with it; DIST_IMAGES=0: none)
+	DIST_IMAGES=$(DIST_IMAGES) bash scripts/dist.sh dist

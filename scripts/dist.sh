@@ -3,14 +3,21 @@
 #   kuberl-V-py3-none-any.whl, kuberl-V.tar.gz   the Python package (uv build; setuptools)
 #   kuberl-V.tgz                                 the Helm chart (helm package helm/kuberl)
 #   kuberl-operator-V.tar, kuberl-trainer-V-cpu.tar
-#                                                the images as docker-archives (scripts/images.sh)
+#                                                the images as docker-archives
 #   SHA256SUMS                                   over all of them: `sha256sum -c SHA256SUMS` in the folder
 # V is pyproject.toml's version, which must equal the chart's version and appVersion.
 #
 # Usage: scripts/dist.sh [OUT_DIR]
-#   DIST_IMAGES=0  leave the image archives out (a first build takes long and needs root and buildah;
-#                  once images.sh has cached them, they are only hardlinked here)
+#   BUILDER=docker|podman|buildah
+#                  build the images with it from the Dockerfiles, on DIST_BASE_IMAGE (default the official
+#                  python:3.11-slim), and save them as docker-archives; BUILDER_FLAGS go before its
+#                  subcommand (e.g. buildah's --root), BUILD_FLAGS after `build` (e.g. a proxy's CA:
+#                  --volume /etc/ca.crt:/tmp/ca.crt:ro --build-arg PIP_CERT=/tmp/ca.crt with podman or
+#                  buildah). Without BUILDER: scripts/images.sh, the tests'
+#                  builder (buildah and mmdebstrap, root; cached by a hash of the inputs, hardlinked here)
+#   DIST_IMAGES=0  leave the image archives out; DIST_IMAGES=operator: the operator's only
 #   DIST_PYTHON=0  leave the wheel and sdist out (the chart's install test needs only the chart)
+#   HELM, UV       the helm and uv to use (default: the ones on PATH, else the tests' own builds)
 # OUT_DIR may hold only what an earlier run made there; that is replaced. Prints what it made on
 # stdout; logs go to stderr.
 set -euo pipefail
@@ -18,7 +25,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-$repo/dist}
 cache=${KUBERL_CACHE:-$HOME/.cache/kuberl}
-uv=${UV:-$cache/tools/uv-0.13.8/bin/uv}  # the version scripts/setup.sh installs
+uv=${UV:-$(command -v uv || echo "$cache/tools/uv-0.13.8/bin/uv")}  # else the version scripts/setup.sh installs
 python=${KUBERL_PYTHON:-python3.11}
 with_images=${DIST_IMAGES:-1}
 with_python=${DIST_PYTHON:-1}
@@ -88,8 +95,11 @@ if [ "$with_python" != 0 ]; then
 fi
 
 # --- the Helm chart -----------------------------------------------------------------------------
-# kube-binaries.sh builds helm once (from the Go module proxy) and prints its cached bin directory.
-helm=$(timeout 3600 bash "$repo/scripts/kube-binaries.sh" | tail -n 1)/helm
+helm=${HELM:-$(command -v helm || true)}
+if [ -z "$helm" ]; then
+  # No helm here: the tests' own, which kube-binaries.sh builds once from the Go module proxy (needs Go).
+  helm=$(timeout 3600 bash "$repo/scripts/kube-binaries.sh" | tail -n 1)/helm
+fi
 log "packaging the Helm chart helm/kuberl"
 HELM_CACHE_HOME=$work/helm HELM_CONFIG_HOME=$work/helm HELM_DATA_HOME=$work/helm \
   timeout 120 "$helm" package "$repo/helm/kuberl" --destination "$work/new" >/dev/null
@@ -97,12 +107,46 @@ HELM_CACHE_HOME=$work/helm HELM_CONFIG_HOME=$work/helm HELM_DATA_HOME=$work/helm
 
 # --- the images ---------------------------------------------------------------------------------
 image_refs=() image_archives=()
-if [ "$with_images" != 0 ]; then
+names=("kuberl-operator-$version.tar" "kuberl-trainer-$version-cpu.tar")
+case $with_images in
+  0) names=() ;;
+  operator) names=("${names[0]}") ;;
+  1) ;;
+  *) die "DIST_IMAGES is '$with_images': 1 (both images), operator (the operator's only) or 0 (none)" ;;
+esac
+builder=${BUILDER:-}
+if [ "${#names[@]}" -gt 0 ] && [ -n "$builder" ]; then
+  case $builder in
+    docker|podman|buildah) ;;
+    *) die "BUILDER is '$builder': docker, podman or buildah" ;;
+  esac
+  command -v "$builder" >/dev/null || die "BUILDER=$builder, but $builder is not on PATH"
+  base=${DIST_BASE_IMAGE:-python:3.11-slim}
+  read -r -a flags <<<"${BUILDER_FLAGS:-}"
+  read -r -a build_flags <<<"${BUILD_FLAGS:-}"
+  dockerfiles=(Dockerfile trainer_image/Dockerfile) args=("" "--build-arg VARIANT=cpu")
+  refs=("kuberl-operator:$version" "kuberl-trainer:$version-cpu")
+  for i in "${!names[@]}"; do
+    log "building ${refs[$i]} with $builder from ${dockerfiles[$i]} on $base"
+    # shellcheck disable=SC2086  # the VARIANT argument is two words or none
+    timeout 7200 "$builder" "${flags[@]}" build "${build_flags[@]}" --build-arg "BASE_IMAGE=$base" ${args[$i]} \
+      -f "$repo/${dockerfiles[$i]}" -t "${refs[$i]}" "$repo" >&2
+    mkdir -p "$work/images"
+    archive=$work/images/${names[$i]}
+    case $builder in
+      docker) docker "${flags[@]}" save -o "$archive" "${refs[$i]}" ;;
+      podman) podman "${flags[@]}" save --format docker-archive -o "$archive" "${refs[$i]}" ;;
+      buildah) buildah "${flags[@]}" push --quiet "${refs[$i]}" "docker-archive:$archive:${refs[$i]}" >&2 ;;
+    esac
+    image_refs+=("${refs[$i]}") image_archives+=("$archive")
+  done
+elif [ "${#names[@]}" -gt 0 ]; then
   log "images: scripts/images.sh (cached by a hash of their inputs; a first build takes tens of minutes)"
-  built=$(timeout 7200 bash "$repo/scripts/images.sh")
+  built=$(KUBERL_GPU_IMAGE=0 timeout 7200 bash "$repo/scripts/images.sh")
   value() { sed -n "s/^$1=//p" <<<"$built"; }
   image_refs=("$(value OPERATOR_IMAGE)" "$(value TRAINER_IMAGE)")
   image_archives=("$(value OPERATOR_ARCHIVE)" "$(value TRAINER_ARCHIVE)")
+  image_refs=("${image_refs[@]:0:${#names[@]}}") image_archives=("${image_archives[@]:0:${#names[@]}}")
   for src in "${image_archives[@]}"; do [ -f "$src" ] || die "scripts/images.sh named the archive '$src', which is not there"; done
 fi
 (cd "$work/new" && sha256sum kuberl-*) > "$work/sums"
@@ -110,12 +154,12 @@ fi
 # --- replace OUT_DIR's contents -----------------------------------------------------------------
 rm -f "$out"/kuberl-* "$out/SHA256SUMS"
 mv "$work/new"/* "$out/"
-if [ "$with_images" != 0 ]; then
-  names=("kuberl-operator-$version.tar" "kuberl-trainer-$version-cpu.tar")
-  for i in 0 1; do
+if [ "${#names[@]}" -gt 0 ]; then
+  for i in "${!names[@]}"; do
     # Gigabytes each: a hardlink to the cached archive (images.sh never rewrites one in place, it
     # writes a new file and renames it), or a reflink copy where the cache is on another filesystem.
-    ln -f "${image_archives[$i]}" "$out/${names[$i]}" 2>/dev/null || cp --reflink=auto "${image_archives[$i]}" "$out/${names[$i]}"
+    if [[ ${image_archives[$i]} == "$work"/* ]]; then mv "${image_archives[$i]}" "$out/${names[$i]}"  # BUILDER's, made here
+    else ln -f "${image_archives[$i]}" "$out/${names[$i]}" 2>/dev/null || cp --reflink=auto "${image_archives[$i]}" "$out/${names[$i]}"; fi
   done
   (cd "$out" && sha256sum "${names[@]}") >> "$work/sums"
 fi
