@@ -33,6 +33,16 @@ GAUGES: dict[str, tuple[str, str]] = {
     # The critic's (ppo); absent from steps that train none.
     "kuberl_critic_vf_clipfrac": ("Share of the critic's response tokens in the last step's updates where the clipped value loss "
                                   "was the larger, so the one taken (verl's vf_clipfrac)", "critic/vf_clipfrac"),
+    # Separate placement (rollout.placement: separate); absent from colocated jobs' steps.
+    "kuberl_staleness": ("Policy versions between the trainer and the oldest token of the last step's batch (at most "
+                         "algorithm.async.maxStaleness)", "staleness"),
+    "kuberl_staleness_mean": ("Mean over the last step's response tokens of the policy versions each is behind the trainer",
+                              "staleness_mean"),
+    "kuberl_weight_sync_seconds": ("Seconds of the weight syncs to the rollout replicas that finished during the last step "
+                                   "(gather, send and load)", "weight_sync_seconds"),
+    "kuberl_weight_sync_bytes": ("Bytes the weight syncs that finished during the last step sent to the rollout replicas",
+                                 "weight_sync_bytes"),
+    "kuberl_weight_sync_version": ("The newest policy version the rollout replicas hold", "weight_sync_version"),
     # Multi-turn rollouts (rollout.multiTurn); absent from one-turn jobs' steps.
     "kuberl_tool_calls": ("Tool calls in the last step's multi-turn rollouts", "multi_turn/tool_calls"),
     "kuberl_tool_errors": ("Tool calls in the last step that were answered with an error message (timeouts included)", "multi_turn/tool_errors"),

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from kuberl.engine.runtime.metrics import GAUGES
+
 pytestmark = pytest.mark.slow
 
 STEPS = 5
@@ -35,6 +37,10 @@ def exported(run: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     return load_file(run / "final" / "model.safetensors")
+
+
+ASYNC_GAUGE_KEYS = [GAUGES[name][1] for name in ("kuberl_staleness", "kuberl_staleness_mean", "kuberl_weight_sync_seconds",
+                                                  "kuberl_weight_sync_bytes", "kuberl_weight_sync_version")]
 
 
 def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(make_job, kuberl_cli: str) -> None:
@@ -62,6 +68,9 @@ def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(ma
         # Every version moved the whole model in the switch plan's bytes, bucket by bucket.
         assert right["weight_sync_bytes"] == right["weight_sync_model_bytes"] > 0 and right["weight_sync_buckets"] >= 1
         assert right["weight_sync_seconds"] > 0
+        # What Prometheus gets: every separate-placement gauge finds its key in the step's record.
+        assert all(isinstance(right[key], float) for key in ASYNC_GAUGE_KEYS), {k: right.get(k) for k in ASYNC_GAUGE_KEYS}
+    assert not any(key in left for left in a for key in ASYNC_GAUGE_KEYS)  # colocated: none of them
     final_a, final_b = exported(colocated), exported(separate)
     assert final_a.keys() == final_b.keys()
     assert all(torch.equal(final_a[k], final_b[k]) for k in final_a)
