@@ -249,3 +249,25 @@ def test_the_packaged_chart_of_make_dist_installs_and_uninstalls(control_plane, 
     assert json.loads(plane.helm("list", "--namespace", "kuberl-dist", "--output", "json").stdout) == []
     # Helm never deletes the CRDs of a chart's crds/ folder: the users' RLJobs outlive the operator.
     assert plane.kubectl("get", "crd", f"{PLURAL}.{GROUP}", check=False).returncode == 0
+
+
+def test_install_into_a_cluster_without_jobset_fails_saying_what_to_do(kube_binaries_dir: Path, tmp_path: Path) -> None:
+    # A control plane of its own: the session's has JobSet (every other install here passes the check).
+    from kuberl.operator.testing.control_plane import start_control_plane
+
+    plane = start_control_plane(kube_binaries_dir, tmp_path / "plane", pools=())
+    try:
+        failed = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
+                            check=False)
+        assert failed.returncode != 0
+        assert ("JobSet is not installed in this cluster (no CustomResourceDefinition jobsets.jobset.x-k8s.io): kuberl runs "
+                "every RLJob as a JobSet. Install JobSet v0.12.0 or newer first") in failed.stderr, failed.stderr
+        assert json.loads(plane.helm("list", "--all-namespaces", "--output", "json").stdout) == []  # nothing installed
+        # (Helm applies the chart's crds/ before it renders the templates, so the RLJob CRD is there: harmless,
+        # and the next install, JobSet in place, keeps it.)
+        # Asked to skip it, the same install renders against the server (its lookups answered).
+        skipped = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
+                             "--set", "jobset.required=false", "--dry-run=server", check=False)
+        assert skipped.returncode == 0, skipped.stderr
+    finally:
+        plane.stop()
