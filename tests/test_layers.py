@@ -10,27 +10,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from kuberl.engine import LAYERS as ENGINE_LAYERS
+
 ENGINE = Path(__file__).resolve().parent.parent / "engine"
 
-# Bottom to top. The layer of a folder's module may use any folder before it.
-LAYERS = (
-    "config",       # the job's sections: pure pydantic, no torch
-    "compat",       # megatron-core's CUDA-only calls redirected on CPU
-    "common",       # dtypes, user code loading, timers, overlap of work with waiting, hub cache folders
-    "models",       # architectures, weights on disk, where a model's folder is
-    "algorithms",   # the RL math behind registries: estimators, losses, presets
-    "data",         # prompt sets
-    "tracking",     # TensorBoard, MLflow, W&B
-    "hub",          # the initializer: hub repositories into the cache
-    "rewards",      # rule, Python and reward-model rewards
-    "agents",       # multi-turn tools (sandboxed), tool-call parsers, environments, chat rendering: no torch
-    "training",     # Megatron models, packed micro-batches, losses, the update
-    "hybrid",       # the weights' layouts for training and generation, and moving between them
-    "rollout",      # vLLM, generation, the hybrid switch
-    "distributed",  # worlds of ranks, role links
-    "steps",        # the step functions and their context
-    "runtime",      # the run: composition, loop, checkpoints, progress, metrics, worker
-)
+# Bottom to top (engine/__init__.py, which the docs' engine layers page is generated from too).
+LAYERS = tuple(name for name, _ in ENGINE_LAYERS)
 
 
 def _folder(module: str) -> str | None:

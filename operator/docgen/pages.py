@@ -3,10 +3,11 @@
     .venv/bin/python -m kuberl.operator.docgen docs/            # write the pages
     .venv/bin/python -m kuberl.operator.docgen docs/ --check    # exit 1 when a committed page is stale
 
-Five pages are generated, each from its source of truth: the RLJob reference from the API models
+Six pages are generated, each from its source of truth: the RLJob reference from the API models
 (rljob.py), the algorithm reference from the engine's registries (algorithms.py), the metrics list
-from the exporters' own registries (metrics.py), the model families from the engine's registry of
-families (models.py) and the benchmark table from bench/results (bench.py). tests/test_docs.py fails when a committed page differs from what this writes.
+from the exporters' own registries (metrics.py), the engine's layers from its LAYERS and its modules'
+docstrings (engine_layers.py), the model families from the engine's registry of families (models.py)
+and the benchmark table from bench/results (bench.py). tests/test_docs.py fails when a committed page differs from what this writes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from . import algorithms, bench, metrics, models, rljob
+from . import algorithms, bench, engine_layers, metrics, models, rljob
 from .bench import assets
 from .markdown import COMMAND
 
@@ -25,6 +26,7 @@ def _pages() -> dict[str, Callable[[Path], str]]:
         "reference/rljob.md": rljob.page,
         "reference/algorithms.md": algorithms.page,
         "reference/metrics.md": metrics.page,
+        "reference/engine.md": engine_layers.page,
         "models.md": models.page,
         "benchmarks.md": bench.page,
     }
