@@ -49,6 +49,11 @@ def _strings_around(function: ast.FunctionDef, functions: dict[str, ast.Function
     return {c.value for node in nodes for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
 
 
+def _parametrized_over_the_registry(function: ast.FunctionDef) -> bool:
+    """A test whose parametrize decorator reads FAMILIES itself: each family is a case of it by its name."""
+    return any(isinstance(n, ast.Name) and n.id == "FAMILIES" for d in function.decorator_list for n in ast.walk(d))
+
+
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_the_tests_a_family_names_exist(name: str) -> None:
     family = FAMILIES[name]
@@ -58,7 +63,8 @@ def test_the_tests_a_family_names_exist(name: str) -> None:
         assert path.is_file(), f"{name}: {node_id}: no file {path.relative_to(REPO)}"
         functions = {n.name: n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
         assert function in functions, f"{name}: {node_id}: {path.name} has no function {function}"
-        if parameter is not None:  # the family's case: a value the test is parametrized with, or its fixture's key
+        if parameter is not None and not (parameter == name and _parametrized_over_the_registry(functions[function])):
+            # the family's case: a value the test is parametrized with, or its fixture's key
             assert parameter in _strings_around(functions[function], functions), \
                 f"{name}: {node_id}: {function} is not parametrized with, nor reads, {parameter!r}"
 
@@ -126,3 +132,19 @@ def test_a_job_runs_the_families_without_a_job_refusal() -> None:
         else:
             with pytest.raises(UnsupportedModel, match=re.escape(family.job_refusal)):
                 check_model(family.example, config)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_tiny_config_of_a_family_is_that_family_at_the_tiny_shape(name: str) -> None:
+    """engine/models/tiny.py makes a checkpoint of any family from its example (tests/rl/test_family_steps.py)."""
+    from kuberl.engine.models.tiny import tiny_config
+
+    family = FAMILIES[name]
+    config = tiny_config(name)
+    arch = LlamaArch.from_hf_config(config)
+    assert config["model_type"] == family.example["model_type"]
+    assert (arch.qkv_bias, arch.qk_norm, arch.is_moe) == (family.qkv_bias, family.qk_norm, family.is_moe)
+    assert (arch.num_layers, arch.hidden_size, arch.head_dim) == (2, 128, 64)  # heads of 64: vLLM's CPU attention
+    assert arch.rope_scaling is None or arch.rope_scaling_factor == 1.0
+    with pytest.raises(ValueError, match="no model family 'gemma3'"):
+        tiny_config("gemma3")
