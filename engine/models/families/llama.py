@@ -30,7 +30,8 @@ FAMILY = register_family(ModelFamily(
            "tests/engine/test_vllm_rope_scaling.py::test_vllm_greedy_logprobs_equal_transformers_past_the_original_context",
            "tests/engine/test_vllm_rope_scaling.py::test_vllm_greedy_logprobs_equal_transformers_with_linear_and_yarn_scaling[linear]",
            "tests/engine/test_vllm_rope_scaling.py::test_vllm_greedy_logprobs_equal_transformers_with_linear_and_yarn_scaling[yarn]",
-           "tests/engine/test_hybrid.py::test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step[llama]"),
+           "tests/engine/test_hybrid.py::test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step[llama]",
+           "tests/rl/test_family_steps.py::test_one_grpo_step_per_family[llama]"),
     parallelism=Parallelism(tp=True, pp=True, ep=False),
     refusals=(ATTENTION_BIAS, MLP_BIAS),
     notes=("llama3 rope scaling is taken with Llama 3.1-3.3's own low_freq_factor 1, high_freq_factor 4 and "
