@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..common.registry import Registry
 from ..config.multi_turn import MultiTurnSpec
 from ..data import Example
 from .parsers import ParserEntry
@@ -64,19 +65,15 @@ class EnvironmentEntry:
     summary: str
 
 
-ENVIRONMENTS: dict[str, EnvironmentEntry] = {}
+ENVIRONMENTS: Registry[EnvironmentEntry] = Registry("environment")
 
 
 def register_environment(name: str, *, summary: str) -> Callable[[EnvironmentFactory], EnvironmentFactory]:
     def register(factory: EnvironmentFactory) -> EnvironmentFactory:
-        if name in ENVIRONMENTS:
-            raise ValueError(f"environment {name!r} is registered twice")
         ENVIRONMENTS[name] = EnvironmentEntry(name, factory, summary)
         return factory
     return register
 
 
 def environment_entry(name: str) -> EnvironmentEntry:
-    if name not in ENVIRONMENTS:
-        raise KeyError(f"unknown environment {name!r}; known: {', '.join(sorted(ENVIRONMENTS))}")
     return ENVIRONMENTS[name]

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..common.registry import Registry
+
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -44,21 +46,17 @@ class ParserEntry:
     summary: str
 
 
-PARSERS: dict[str, ParserEntry] = {}
+PARSERS: Registry[ParserEntry] = Registry("tool-call parser")
 
 
 def register_parser(name: str, *, template: str, summary: str) -> Callable[[ParseFn], ParseFn]:
     def register(fn: ParseFn) -> ParseFn:
-        if name in PARSERS:
-            raise ValueError(f"tool-call parser {name!r} is registered twice")
         PARSERS[name] = ParserEntry(name, fn, template, summary)
         return fn
     return register
 
 
 def parser_entry(name: str) -> ParserEntry:
-    if name not in PARSERS:
-        raise KeyError(f"unknown tool-call parser {name!r}; known: {', '.join(sorted(PARSERS))}")
     return PARSERS[name]
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..common.registry import Registry
+
 CHILD = Path(__file__).with_name("sandbox_child.py")
 log = logging.getLogger("kuberl.engine")
 
@@ -132,13 +134,11 @@ class SandboxBackend(ABC):
         return said or outcome.death() or "the probe call timed out"
 
 
-SANDBOX_BACKENDS: dict[str, Callable[[], SandboxBackend]] = {}
+SANDBOX_BACKENDS: Registry[Callable[[], SandboxBackend]] = Registry("sandbox backend")
 
 
 def register_sandbox_backend(name: str) -> Callable[[Callable[[], SandboxBackend]], Callable[[], SandboxBackend]]:
     def register(factory: Callable[[], SandboxBackend]) -> Callable[[], SandboxBackend]:
-        if name in SANDBOX_BACKENDS:
-            raise ValueError(f"sandbox backend {name!r} is registered twice")
         SANDBOX_BACKENDS[name] = factory
         return factory
     return register

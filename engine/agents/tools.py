@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..common.registry import Registry
 from ..config.multi_turn import ToolSpec
 from .isolation import IsolationUnavailable, choose_sandbox
 
@@ -68,15 +69,12 @@ class ToolEntry:
     """Whether its calls run code in the sandbox (the run then needs one: kuberl.engine.agents.isolation)."""
 
 
-BUILTIN_TOOLS: dict[str, ToolEntry] = {}
-TOOL_KINDS: dict[str, ToolEntry] = {}
+BUILTIN_TOOLS: Registry[ToolEntry] = Registry("built-in tool")
+TOOL_KINDS: Registry[ToolEntry] = Registry("tool kind")
 
 
-def _register(registry: dict[str, ToolEntry], what: str, name: str, summary: str,
-              sandboxed: bool) -> Callable[[ToolFactory], ToolFactory]:
+def _register(registry: Registry[ToolEntry], name: str, summary: str, sandboxed: bool) -> Callable[[ToolFactory], ToolFactory]:
     def register(factory: ToolFactory) -> ToolFactory:
-        if name in registry:
-            raise ValueError(f"{what} {name!r} is registered twice")
         registry[name] = ToolEntry(name, factory, summary, sandboxed)
         return factory
     return register
@@ -85,12 +83,12 @@ def _register(registry: dict[str, ToolEntry], what: str, name: str, summary: str
 def register_tool(name: str, *, summary: str, sandboxed: bool = False) -> Callable[[ToolFactory], ToolFactory]:
     """A built-in tool: `factory(spec, base_dir) -> Tool`, chosen by a job's `{name: <name>}`;
     sandboxed: its calls run code through kuberl.engine.agents.isolation.run_in_sandbox."""
-    return _register(BUILTIN_TOOLS, "built-in tool", name, summary, sandboxed)
+    return _register(BUILTIN_TOOLS, name, summary, sandboxed)
 
 
 def register_tool_kind(kind: str, *, summary: str, sandboxed: bool = False) -> Callable[[ToolFactory], ToolFactory]:
     """A kind of tool (ToolSpec.kind: builtin, function, http): `factory(spec, base_dir) -> Tool`."""
-    return _register(TOOL_KINDS, "tool kind", kind, summary, sandboxed)
+    return _register(TOOL_KINDS, kind, summary, sandboxed)
 
 
 @register_tool_kind("builtin", summary="one of kuberl's built-in tools, by name")

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..common.registry import Registry
 from ..config.options import Bound
 from .inputs import AdvantageInputs, Advantages, LossInputs
 
@@ -71,8 +72,8 @@ class PolicyLoss:
         return _bounds(self.fn)
 
 
-ADVANTAGES: dict[str, AdvantageEstimator] = {}
-POLICY_LOSSES: dict[str, PolicyLoss] = {}
+ADVANTAGES: Registry[AdvantageEstimator] = Registry("advantage estimator")
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
 
 
 def _options(fn: Callable[..., Any]) -> dict[str, Any]:
@@ -105,8 +106,6 @@ def register_advantage(name: str, *, summary: str, needs_critic: bool = False, m
                        needs_greedy: bool = False, needs_pi_squared: bool = False,
                        group_options: dict[str, Any] | None = None) -> Callable:
     def register(fn: Callable[..., Advantages]) -> Callable[..., Advantages]:
-        if name in ADVANTAGES:
-            raise ValueError(f"advantage estimator {name!r} is registered twice")
         ADVANTAGES[name] = AdvantageEstimator(name, fn, summary, needs_critic, min_samples, needs_greedy, needs_pi_squared,
                                               dict(group_options or {}))
         return fn
@@ -116,8 +115,6 @@ def register_advantage(name: str, *, summary: str, needs_critic: bool = False, m
 
 def register_policy_loss(name: str, *, summary: str, pairs: bool = False, corrects_rollout: bool = False) -> Callable:
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if name in POLICY_LOSSES:
-            raise ValueError(f"policy loss {name!r} is registered twice")
         POLICY_LOSSES[name] = PolicyLoss(name, fn, summary, pairs, corrects_rollout)
         return fn
 
@@ -125,12 +122,8 @@ def register_policy_loss(name: str, *, summary: str, pairs: bool = False, correc
 
 
 def advantage_estimator(name: str) -> AdvantageEstimator:
-    if name not in ADVANTAGES:
-        raise KeyError(f"unknown advantage estimator {name!r}; known: {', '.join(sorted(ADVANTAGES))}")
     return ADVANTAGES[name]
 
 
 def policy_loss_entry(name: str) -> PolicyLoss:
-    if name not in POLICY_LOSSES:
-        raise KeyError(f"unknown policy loss {name!r}; known: {', '.join(sorted(POLICY_LOSSES))}")
     return POLICY_LOSSES[name]

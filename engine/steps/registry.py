@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from ..common.registry import Registry
+
 if TYPE_CHECKING:
     from .context import StepContext
 
@@ -26,13 +28,11 @@ class StepEntry:
     """It generates with vLLM and scores with the job's reward (dpo trains on given pairs)."""
 
 
-STEPS: dict[str, StepEntry] = {}
+STEPS: Registry[StepEntry] = Registry("step function")
 
 
 def register_step(name: str, *, summary: str, on_policy: bool = True) -> Callable[[StepFn], StepFn]:
     def register(fn: StepFn) -> StepFn:
-        if name in STEPS:
-            raise ValueError(f"step function {name!r} is registered twice")
         STEPS[name] = StepEntry(name, fn, summary, on_policy)
         return fn
 
@@ -40,6 +40,4 @@ def register_step(name: str, *, summary: str, on_policy: bool = True) -> Callabl
 
 
 def step_entry(name: str) -> StepEntry:
-    if name not in STEPS:
-        raise KeyError(f"unknown step function {name!r}; known: {', '.join(sorted(STEPS))}")
     return STEPS[name]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from ..common.registry import Registry
 from ..config.tracking import TrackingSpec
 
 
@@ -44,13 +45,11 @@ class TrackerEntry:
     open: Callable[[TrackingSpec, TrackerContext], Tracker]
 
 
-TRACKERS: dict[str, TrackerEntry] = {}
+TRACKERS: Registry[TrackerEntry] = Registry("tracking backend")
 
 
 def register_tracker(backend: str, *, module: str, extra: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def register(open_fn: Callable[[TrackingSpec, TrackerContext], Tracker]) -> Callable[..., Any]:
-        if backend in TRACKERS:
-            raise ValueError(f"tracking backend {backend!r} is registered twice")
         TRACKERS[backend] = TrackerEntry(backend, module, extra, open_fn)
         return open_fn
 

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from ...common.registry import Registry
 from ...config.options import option_python_name
 from ..registry import AdvantageEstimator, advantage_estimator
 
@@ -43,15 +44,13 @@ class Preset:
     """The module that registered it (a built-in's is under kuberl.engine.algorithms)."""
 
 
-PRESETS: dict[str, Preset] = {}
+PRESETS: Registry[Preset] = Registry("preset")
 
 
 def register_preset(name: str, *, summary: str, advantage: str | None, policy_loss: str, step: str = "on_policy",
                     options: type | None = None, advantage_options: OptionsFn | None = None,
                     policy_loss_options: OptionsFn | None = None, pairs: bool = False, needs_reference: bool = False) -> Preset:
     """Register a preset (in the file that defines it); returns its record."""
-    if name in PRESETS:
-        raise ValueError(f"preset {name!r} is registered twice")
     module = sys._getframe(1).f_globals.get("__name__", "")
     preset = Preset(name, summary, advantage, policy_loss, step, options, advantage_options, policy_loss_options, pairs,
                     needs_reference, module)
@@ -60,8 +59,6 @@ def register_preset(name: str, *, summary: str, advantage: str | None, policy_lo
 
 
 def preset_entry(name: str) -> Preset:
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; known: {', '.join(PRESETS)}")
     return PRESETS[name]
 
 

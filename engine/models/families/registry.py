@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from ...common.registry import Registry
 from ..rope import SUPPORTED_ROPE_SCALING, read_rope_scaling
 from ..unsupported import UnsupportedModel
 
@@ -89,13 +90,11 @@ class ModelFamily:
                     **(self.moe(get) if self.moe is not None else {}))
 
 
-FAMILIES: dict[str, ModelFamily] = {}
+FAMILIES: Registry[ModelFamily] = Registry("model family")
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
     taken = {t: f.name for f in FAMILIES.values() for t in f.model_types}
-    if family.name in FAMILIES:
-        raise ValueError(f"model family {family.name!r} is registered twice")
     for model_type in family.model_types:
         if model_type in taken:
             raise ValueError(f"model_type {model_type!r} of family {family.name!r} is already family {taken[model_type]!r}'s")
