@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
 TRAINER_UID = 10001
 # Steps enough that the faults, one after another on one job, all land before it ends: on a fast
-# machine a step of the tiny model takes about 2 s and a fault with its gang restart 20 s.
-STEPS, INTERVAL = 40, 3
+# machine a step of the tiny model takes about 2 s and a fault with its gang restart 20 s. With 40, a
+# run on a busy machine was at step 36 when the killed-container test began, too late for it.
+STEPS, INTERVAL = 60, 3
 DATA = "/data"  # where the job's volume is mounted in the trainer pods
 
 
