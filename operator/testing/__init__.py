@@ -1,1 +1,2 @@
-"""Test support that ships with kuberl: a real local Kubernetes control plane (control_plane.py)."""
+"""The tests' harness: a real local Kubernetes control plane (control_plane.py), a real node (node.py), and the
+stand-ins for what cannot run here. Not shipped: the wheel and the images leave this folder out."""
