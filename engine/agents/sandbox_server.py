@@ -47,6 +47,16 @@ def best_backend(choice: str = "auto") -> SandboxBackend:
     return SANDBOX_BACKENDS["process"]()
 
 
+def described(backend: SandboxBackend) -> str:
+    """The backend as the server runs it. The plain process's own description is the trainer's view (no
+    boundary between the tools and the trainer); in a sandbox pod the pod is that boundary."""
+    if backend.isolated:
+        return backend.description
+    return ("a plain child process per call (limits on memory, CPU time, file size and open files, and the audit hook "
+            "unless a call turns it off); this sandbox pod is the boundary: no token, no secrets, none of the trainer's "
+            "environment or volumes, no egress but what the job allows")
+
+
 @dataclass
 class Sandbox:
     """The calls' side of the server: one call at a time, then nothing of it left."""
@@ -152,7 +162,7 @@ def serve(port: int, host: str = "0.0.0.0", scratch: str | None = None, wipe_als
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)  # as PID 1, a signal without a handler would be ignored
-    log.info("serving tool calls on %s:%d with %s: %s", host, port, chosen.name, chosen.description)
+    log.info("serving tool calls on %s:%d with %s: %s", host, port, chosen.name, described(chosen))
     print(f"kuberl sandbox: serving on {host}:{server.server_address[1]}", flush=True)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -42,3 +42,15 @@ def test_the_sweep_takes_the_whole_namespace_as_its_init_else_only_its_tree() ->
     assert targets(table, 1, whole_namespace=True) == {10, 11, 12, 20, 30}
     assert targets(table, 10, whole_namespace=False) == {11, 12}
     assert targets(table, 20, whole_namespace=False) == set()
+
+
+def test_the_server_describes_a_plain_process_as_the_pod_bounds_it() -> None:
+    # The process backend's own description is the trainer's view ("allowUnisolatedTools ... no kernel boundary
+    # between the tools and the trainer"); a sandbox pod's log must not say that of itself.
+    from kuberl.engine.agents.sandbox import SANDBOX_BACKENDS
+    from kuberl.engine.agents.sandbox_server import described
+
+    plain, bwrap = SANDBOX_BACKENDS["process"](), SANDBOX_BACKENDS["bubblewrap"]()
+    assert "allowUnisolatedTools" in plain.description and "allowUnisolatedTools" not in described(plain)
+    assert "this sandbox pod is the boundary" in described(plain)
+    assert described(bwrap) == bwrap.description
