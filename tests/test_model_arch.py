@@ -20,9 +20,17 @@ def test_plain_rope_has_no_factor() -> None:
 
 @pytest.mark.parametrize("scaling,factor", [(LLAMA31, 8.0), ({**LLAMA31, "factor": 32.0}, 32.0),  # Llama 3.1/3.3, and 3.2
                                             ({**LLAMA31, "rope_theta": 500000.0}, 8.0),  # as transformers 5 writes it
-                                            ({"type": "llama3", "factor": 8.0}, 8.0)])  # the older key, the defaults
+                                            ({**{k: v for k, v in LLAMA31.items() if k != "rope_type"}, "type": "llama3"}, 8.0)])  # the older key
 def test_llama3_scaling_is_read(scaling: dict, factor: float) -> None:
     assert rope_scaling_factor(scaling) == factor
+
+
+def test_llama3_scaling_that_leaves_a_number_out_is_refused() -> None:
+    # Left out, transformers takes max_position_embeddings for the original context where megatron-core takes 8192.
+    for left_out in ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
+        with pytest.raises(UnsupportedModel, match=f"llama3 rope_scaling without {left_out} is not supported: every Llama "
+                                                   "3.1-3.3 config names them"):
+            read_rope_scaling({k: v for k, v in LLAMA31.items() if k != left_out})
 
 
 def test_linear_and_yarn_scaling_are_read_into_their_records() -> None:

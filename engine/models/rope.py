@@ -88,11 +88,17 @@ def read_rope_scaling(scaling: Mapping[str, Any], accepted: tuple[str, ...] = SU
         return LinearScaling(factor)
     if kind == "yarn":
         return _yarn(scaling, max_position_embeddings, original_max_position_embeddings)
-    differs = {k: scaling.get(k) for k, v in LLAMA3_ROPE.items() if float(scaling.get(k, v)) != v}
+    missing = [k for k in ("factor", *LLAMA3_ROPE) if scaling.get(k) is None]
+    if missing:
+        # Left out, each library fills its own default (transformers takes max_position_embeddings for the
+        # original context, megatron-core 8192): the three would compute different rope.
+        raise _refuse(kind, f"without {', '.join(missing)} is not supported: every Llama 3.1-3.3 config names them, "
+                            f"and left out, transformers and megatron-core fill in different values")
+    differs = {k: scaling.get(k) for k, v in LLAMA3_ROPE.items() if float(scaling[k]) != v}
     if differs:
         raise UnsupportedModel(f"llama3 rope_scaling with {differs} is not supported: megatron-core applies "
                                f"{LLAMA3_ROPE} (Llama 3.1-3.3's own), with any factor")
-    return Llama3Scaling(_factor(kind, scaling, 8.0))
+    return Llama3Scaling(_factor(kind, scaling))
 
 
 def _yarn(scaling: Mapping[str, Any], max_position_embeddings: int | None, top_level_original: int | None) -> YarnScaling:
