@@ -54,3 +54,13 @@ def test_the_server_describes_a_plain_process_as_the_pod_bounds_it() -> None:
     assert "allowUnisolatedTools" in plain.description and "allowUnisolatedTools" not in described(plain)
     assert "this sandbox pod is the boundary" in described(plain)
     assert described(bwrap) == bwrap.description
+
+
+def test_the_agents_page_gives_the_backends_own_queue_limit() -> None:
+    # What a call waits for a free sandbox pod is not bounded by the tool's timeoutSeconds: the page says how long.
+    from pathlib import Path
+
+    from kuberl.engine.agents.sandbox_pod import QUEUE_SECONDS
+
+    page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "agents.md").read_text().split())
+    assert f"a call waits up to {QUEUE_SECONDS:g} s for a free pod" in page
