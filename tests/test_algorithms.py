@@ -332,3 +332,19 @@ def test_reinforce_pp_baseline_follows_the_samples_per_prompt_by_default():
     groups = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 2.0, 5.0]), group=torch.tensor([0, 0, 1, 1]), mask=mask)
     assert torch.equal(estimator.fn(groups).advantages, estimator.fn(groups, baseline=True).advantages)
     assert not torch.equal(estimator.fn(groups).advantages, estimator.fn(groups, baseline=False).advantages)
+
+
+def test_the_api_texts_name_every_built_in_preset_and_step_function() -> None:
+    # The lists in the RLJob reference (and `kubectl explain`) are written by hand in these docstrings; the
+    # generated catalog is what the engine registers: a built-in added without its name here fails.
+    import re
+
+    from kuberl.engine.config import algorithm_catalog
+    from kuberl.engine.config.algorithm import AlgorithmSpec, StepChoice
+
+    for model, registered in ((AlgorithmSpec, algorithm_catalog.PRESETS), (StepChoice, algorithm_catalog.STEPS)):
+        text = model.model_fields["name"].description or ""
+        named = set(re.findall(r"\b[a-z][a-z0-9_]*\b", text))
+        assert set(registered) <= named, (model.__name__, set(registered) - named)
+    steps_doc = StepChoice.__doc__ or ""
+    assert all(name in steps_doc for name in algorithm_catalog.STEPS)
