@@ -43,8 +43,9 @@ def init_server(tmp_path: Path):
     server: Server | None = None
     try:
         # unshare forks the server as PID 1 of a new namespace, with its own /proc: what a container gets.
+        # --kill-child: the server (and with it the namespace) ends when the fixture stops unshare.
         server = start_server(tmp_path / "scratch", backend="process", cwd=tmp_path,
-                              command=["unshare", "--pid", "--fork", "--mount-proc", KUBERL],
+                              command=["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", KUBERL],
                               preexec=lambda: procs.write_text(str(os.getpid())))
         yield server, cgroup
     finally:
@@ -78,3 +79,20 @@ def test_the_server_started_this_way_is_its_namespaces_init(init_server) -> None
     status = Path(f"/proc/{below[0]}/status").read_text()
     nspid = [line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")][0]
     assert nspid[-1] == "1", nspid
+
+
+def test_stopping_the_fixtures_unshare_ends_the_server(tmp_path: Path) -> None:
+    cgroup = pids_cgroup(PIDS_MAX)
+    if cgroup is None:
+        pytest.skip("this machine has no pids cgroup controller that root can make a group in")
+    try:
+        server = start_server(tmp_path / "scratch", backend="process", cwd=tmp_path,
+                              command=["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", KUBERL])
+        [inner] = descendants(server.proc.pid)
+        server.stop()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{inner}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not Path(f"/proc/{inner}").exists(), "the server outlived its unshare"
+    finally:
+        remove_cgroup(cgroup)
