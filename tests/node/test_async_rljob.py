@@ -10,32 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from .test_rljob import DATA, JobVolume, kubectl_json
+from .test_rljob import JobVolume, kubectl_json, rljob
 
 pytestmark = pytest.mark.slow
 STEPS = 4
 
 
 def async_rljob(name: str, claim: str, image: str) -> dict:
-    return {
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
-        "spec": {
-            "image": image, "imagePullPolicy": "Never",
-            "model": {"path": f"{DATA}/model", "dtype": "float32"},
-            "data": {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
-                     "maxPromptLength": 64},
-            "algorithm": {"name": "grpo", "async": {"maxStaleness": 1}},
-            "rollout": {"placement": "separate", "samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
-            "reward": {"rules": [{"name": "math_answer"}]},
-            # The rollout pod reads the model from the checkpoint claim, which every pod of the job mounts.
-            "roles": {"actor": {"replicas": 1}, "rollout": {"replicas": 1}},
-            "trainer": {"totalSteps": STEPS, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                        "checkpoint": {"path": DATA, "interval": 2, "keep": 2, "claimName": claim},
-                        "exportPath": f"{DATA}/final"},
-            "runPolicy": {"backoffLimit": 1},
-            "monitoring": {"enabled": False},
-        },
-    }
+    """test_rljob's job with one actor pod and one rollout pod of its own, one version ahead."""
+    job = rljob(name, claim, image, steps=STEPS)
+    spec = job["spec"]
+    spec["algorithm"] = {"name": "grpo", "async": {"maxStaleness": 1}}
+    spec["rollout"]["placement"] = "separate"
+    spec["reward"] = {"rules": [{"name": "math_answer"}]}
+    # The rollout pod reads the model from the checkpoint claim, which every pod of the job mounts.
+    spec["roles"] = {"actor": {"replicas": 1}, "rollout": {"replicas": 1}}
+    spec["trainer"]["checkpoint"]["interval"] = 2
+    spec["runPolicy"] = {"backoffLimit": 1}
+    spec["monitoring"] = {"enabled": False}
+    return job
 
 
 @pytest.fixture(scope="module")

@@ -11,32 +11,24 @@ from pathlib import Path
 
 import pytest
 
-from .test_rljob import DATA, JobVolume, kubectl_json
+from .test_rljob import DATA, JobVolume, kubectl_json, rljob
 
 pytestmark = pytest.mark.slow
 STEPS = 4
 
 
 def lora_rljob(name: str, claim: str, image: str) -> dict:
-    return {
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
-        "spec": {
-            "image": image, "imagePullPolicy": "Never",
-            "model": {"path": f"{DATA}/model", "dtype": "float32"},
-            "data": {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
-                     "maxPromptLength": 64},
-            "algorithm": {"name": "grpo", "klCoef": 0.05},
-            "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
-            "reward": {"rules": [{"name": "math_answer"}]},
-            "roles": {"actor": {"replicas": 2, "layout": {"dp": 2}}, "ref": {"colocateWith": "actor"}},
-            "trainer": {"totalSteps": STEPS, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-3},
-                        "checkpoint": {"path": DATA, "interval": 2, "keep": 2, "claimName": claim},
-                        "exportPath": f"{DATA}/final",
-                        "lora": {"rank": 4, "alpha": 8, "mergedExportPath": f"{DATA}/merged"}},
-            "runPolicy": {"backoffLimit": 1},
-            "monitoring": {"enabled": False},
-        },
-    }
+    """test_rljob's job training a LoRA adapter, with the reference on the actor's pods (the adapter off)."""
+    job = rljob(name, claim, image, steps=STEPS)
+    spec = job["spec"]
+    spec["reward"] = {"rules": [{"name": "math_answer"}]}
+    spec["roles"]["ref"] = {"colocateWith": "actor"}
+    spec["trainer"]["optimizer"]["lr"] = 1e-3
+    spec["trainer"]["checkpoint"]["interval"] = 2
+    spec["trainer"]["lora"] = {"rank": 4, "alpha": 8, "mergedExportPath": f"{DATA}/merged"}
+    spec["runPolicy"] = {"backoffLimit": 1}
+    spec["monitoring"] = {"enabled": False}
+    return job
 
 
 def test_lora_rljob_trains_and_exports_an_adapter_on_the_real_node(real_node, operator_release, built_images,
