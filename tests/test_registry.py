@@ -40,3 +40,17 @@ def test_every_registry_of_the_engine_is_a_registry() -> None:
                   FAMILIES, STEPS, TRACKERS]
     assert all(isinstance(r, Registry) and len(r) > 0 for r in registries)
     assert len({r.kind for r in registries}) == len(registries)  # each names its own kind in its messages
+
+
+def test_a_model_family_registered_again_is_refused_as_twice_and_a_taken_model_type_as_taken() -> None:
+    import dataclasses
+
+    from kuberl.engine.models.families import FAMILIES
+    from kuberl.engine.models.families.registry import register_family
+
+    llama = FAMILIES["llama"]
+    with pytest.raises(ValueError, match="model family 'llama' is registered twice"):
+        register_family(llama)
+    with pytest.raises(ValueError, match="model_type 'llama' of family 'llama_again' is already family 'llama''s"):
+        register_family(dataclasses.replace(llama, name="llama_again"))
+    assert "llama_again" not in FAMILIES and FAMILIES["llama"] is llama

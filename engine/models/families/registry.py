@@ -94,10 +94,11 @@ FAMILIES: Registry[ModelFamily] = Registry("model family")
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
-    taken = {t: f.name for f in FAMILIES.values() for t in f.model_types}
-    for model_type in family.model_types:
-        if model_type in taken:
-            raise ValueError(f"model_type {model_type!r} of family {family.name!r} is already family {taken[model_type]!r}'s")
+    if family.name not in FAMILIES:  # a name twice is the registry's to refuse, below
+        taken = {t: f.name for f in FAMILIES.values() for t in f.model_types}
+        for model_type in family.model_types:
+            if model_type in taken:
+                raise ValueError(f"model_type {model_type!r} of family {family.name!r} is already family {taken[model_type]!r}'s")
     FAMILIES[family.name] = family
     return family
 
