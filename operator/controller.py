@@ -14,7 +14,9 @@ the job again when it arrives, so what `decide` sees converges). It applies the 
 (Service, ConfigMaps, ServiceAccount, Role, RoleBinding, the cache's claim, the NetworkPolicy) side by
 side and only when needed (Reconciler._apply_support), and ignores the watch event of its own status write.
 Whatever it is about to write it first looks up by name, and it writes none of it while any name is held
-by an object the RLJob does not control (ownership.py; the job then shows NameConflict).
+by an object the RLJob does not control (ownership.py; the job then shows NameConflict), nor while any kind
+is not served by the cluster (the agent-sandbox CRDs of a job whose sandbox backend is agentSandbox; the job
+then shows MissingAPI, reconcile/missing_api.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any, Callable, cast
 
 from kubernetes import client, dynamic
 from kubernetes.client.rest import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .api import GROUP, PHASES, PLURAL, VERSION, RLJob
@@ -44,13 +47,17 @@ from .ownership import key as object_key
 from .planner import plan
 from .reconcile import TERMINAL, Decision, decide
 from .reconcile.conflicts import with_name_conflicts
+from .reconcile.missing_api import with_missing_apis
+from .sandbox_address import AGENT_SANDBOX_EXTENSIONS_API_VERSION
 from .reconcile.progress_bounds import PROGRESS_REFUSED, report_refusal
 
 log = logging.getLogger("kuberl.operator")
 
 # What Decision.delete names ("kind/name").
-CHILD_KINDS = {"jobset": "JobSet", "job": "Job", "deployment": "Deployment"}
-CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1", "deployment": "apps/v1"}
+CHILD_KINDS = {"jobset": "JobSet", "job": "Job", "deployment": "Deployment", "sandboxwarmpool": "SandboxWarmPool"}
+CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1", "deployment": "apps/v1",
+                      "sandboxwarmpool": AGENT_SANDBOX_EXTENSIONS_API_VERSION}
+SANDBOX_KINDS = ("deployment", "sandboxwarmpool")
 CACHE_KINDS = {"JobSet": "jobsets", "Job": "jobs"}
 
 # How soon to look at a job again after something it was writing went away under it.
@@ -214,6 +221,11 @@ class Reconciler:
         # looked up first (only when something is to be written: not at every reconcile).
         writing = [*(desired.support if due else []), *([desired.jobset] if decision.create_jobset else []),
                    *([desired.initializer] if decision.create_initializer and desired.initializer is not None else [])]
+        # A kind this cluster does not serve (the agent-sandbox CRDs, for backend agentSandbox): nothing is written.
+        missing = self._unserved(writing)
+        decision = with_missing_apis(decision, missing, datetime.now(timezone.utc)) if writing else decision
+        if missing:
+            due, writing = None, []
         found = self._look_up(namespace, writing) if writing else {}
         if writing:
             conflicts = name_conflicts(writing, found, uid)
@@ -295,6 +307,16 @@ class Reconciler:
 
         return done
 
+    def _unserved(self, objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        """(apiVersion, kind) of each of the objects' kinds that the API does not serve, in their order."""
+        missing: list[tuple[str, str]] = []
+        for kind in dict.fromkeys((obj["apiVersion"], obj["kind"]) for obj in objects):
+            try:
+                self._resource(*kind)
+            except ResourceNotFoundError:
+                missing.append(kind)
+        return missing
+
     def _look_up(self, namespace: str, objects: list[dict[str, Any]]) -> dict[ObjectKey, dict[str, Any] | None]:
         """What the API holds under each object's kind and name (None: nothing), read side by side."""
         def get(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -365,11 +387,14 @@ class Reconciler:
 
     def _delete(self, namespace: str, child: str) -> None:
         kind, name = child.split("/", 1)
-        resource = self._resource(CHILD_API_VERSIONS[kind], CHILD_KINDS[kind])
+        try:
+            resource = self._resource(CHILD_API_VERSIONS[kind], CHILD_KINDS[kind])
+        except ResourceNotFoundError:  # a kind not served (the agent-sandbox CRDs): none of it exists
+            return
         try:
             # Foreground: the object stays until its pods are gone, so a new one never overlaps them. Not for the
-            # sandbox Deployment: its pods may overlap, and a job resumed at once must be able to make it again.
-            policy = "Background" if kind == "deployment" else "Foreground"
+            # sandbox pods' owner: its pods may overlap, and a job resumed at once must be able to make it again.
+            policy = "Background" if kind in SANDBOX_KINDS else "Foreground"
             resource.delete(name=name, namespace=namespace, body={"propagationPolicy": policy})
         except ApiException as exc:
             if exc.status != 404:

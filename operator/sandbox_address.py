@@ -15,6 +15,10 @@ LABEL_SANDBOX = "kuberl.dev/sandbox"
 SANDBOX_PORT = 8470
 SANDBOX_URL_ENV = "KUBERL_SANDBOX_URL"
 """kuberl.engine.agents.sandbox_protocol's; repeated here, the operator imports only the engine's config."""
+AGENT_SANDBOX = "agentSandbox"
+"""rollout.multiTurn.sandbox.backend: the kubernetes-sigs agent-sandbox controller keeps the pods running."""
+AGENT_SANDBOX_EXTENSIONS_API_VERSION = "extensions.agents.x-k8s.io/v1beta1"
+"""SandboxTemplate and SandboxWarmPool, as agent-sandbox v1.0 serves them (its Sandbox is agents.x-k8s.io/v1beta1)."""
 
 
 def multi_turn(job: RLJob) -> MultiTurnSpec | None:

@@ -18,6 +18,13 @@ drained, OOM-killed by a tool) is replaced on its own, while the trainers go on 
 the other replicas meanwhile); in the JobSet, a failed sandbox pod would fail its Job and restart
 the whole gang from the last checkpoint. The cost: Kueue does not admit the sandbox pods with the
 job, so their (small, CPU-only) requests are outside the queue's quota.
+
+With rollout.multiTurn.sandbox.backend agentSandbox, the kubernetes-sigs agent-sandbox controller keeps the
+pods in place of the Deployment: a SandboxTemplate J-sandbox holding exactly the same pod template, and a
+SandboxWarmPool J-sandbox of `replicas` Sandboxes from it (the controller makes a pod per Sandbox, with the
+template's labels and its own under agents.x-k8s.io/). The Service and NetworkPolicy are the same: the
+trainers' pod backend (engine/agents/sandbox_pod.py) does not know which backend runs the pods. A cluster
+without the agent-sandbox CRDs holds such a job with a MissingAPI condition (reconcile/missing_api.py).
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from .api import RLJob
 from .children import LABEL_MANAGED_BY, MANAGER, OperatorSettings, Owner
 from .network_policy import API_VERSION as NETWORK_POLICY_API_VERSION, trainer_peer
 from .pod_spec import CONTAINER_SECURITY, POD_SECURITY, trainer_image
-from .sandbox_address import LABEL_SANDBOX, SANDBOX_PORT, multi_turn, sandbox_name, wants_sandbox_pods
+from .sandbox_address import (AGENT_SANDBOX, AGENT_SANDBOX_EXTENSIONS_API_VERSION, LABEL_SANDBOX, SANDBOX_PORT, multi_turn,
+                              sandbox_name, wants_sandbox_pods)
 
 SCRATCH_VOLUME = "kuberl-scratch"
 SCRATCH_DIR = "/tmp"
@@ -41,7 +49,9 @@ def pod_labels(job_name: str) -> dict[str, str]:
     return {LABEL_SANDBOX: job_name, LABEL_MANAGED_BY: MANAGER}
 
 
-def deployment(job: RLJob, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+def pod_template(job: RLJob, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    """The sandbox pod, whichever backend keeps it running: labels (which the Service and NetworkPolicy
+    select) and spec."""
     spec = multi_turn(job)
     assert spec is not None
     box = spec.sandbox
@@ -70,16 +80,59 @@ def deployment(job: RLJob, settings: OperatorSettings, owner: Owner) -> dict[str
         pod["runtimeClassName"] = box.runtime_class_name
     if job.spec.image_pull_secrets:  # read by the kubelet to pull the image; never mounted into the pod
         pod["imagePullSecrets"] = [{"name": s.name} for s in job.spec.image_pull_secrets]
+    return {"metadata": {"labels": pod_labels(owner.name)}, "spec": pod}
+
+
+def deployment(job: RLJob, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    spec = multi_turn(job)
+    assert spec is not None
     name = owner.name
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": owner.meta(sandbox_name(name)),
         "spec": {
-            "replicas": box.replicas,
+            "replicas": spec.sandbox.replicas,
             "selector": {"matchLabels": {LABEL_SANDBOX: name}},
-            "template": {"metadata": {"labels": pod_labels(name)}, "spec": pod},
+            "template": pod_template(job, settings, owner),
         },
+    }
+
+
+def sandbox_template(job: RLJob, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    """backend agentSandbox: the sandbox pod as an agent-sandbox SandboxTemplate. The controller copies its
+    pod template into each Sandbox and from there into the Sandbox's pod, with our labels (it adds its own,
+    all under agents.x-k8s.io/). Its NetworkPolicy is Unmanaged: a Managed one (the controller's default)
+    would be a second policy on the same pods, and NetworkPolicies add up, so its default egress (the
+    public internet) would widen ours; the job's own NetworkPolicy J-sandbox is the only wall. No Service
+    per Sandbox: the trainers reach every pod through the job's headless Service."""
+    return {
+        "apiVersion": AGENT_SANDBOX_EXTENSIONS_API_VERSION,
+        "kind": "SandboxTemplate",
+        "metadata": owner.meta(sandbox_name(owner.name)),
+        "spec": {
+            "podTemplate": pod_template(job, settings, owner),
+            "service": False,
+            "networkPolicyManagement": "Unmanaged",
+            # Only a SandboxClaim could inject variables or volumes; the operator makes no claim, and forbids both.
+            "envVarsInjectionPolicy": "Disallowed",
+            "volumeClaimTemplatesPolicy": "Disallowed",
+        },
+    }
+
+
+def warm_pool(job: RLJob, owner: Owner) -> dict[str, Any]:
+    """backend agentSandbox: `replicas` Sandboxes from the job's SandboxTemplate, kept running (one that is lost
+    is made again). Recreate: a changed template replaces the pool's sandboxes at once, as a Deployment's
+    rollout would (the default, OnReplenish, waits for each to be claimed, which no one does here)."""
+    spec = multi_turn(job)
+    assert spec is not None
+    name = sandbox_name(owner.name)
+    return {
+        "apiVersion": AGENT_SANDBOX_EXTENSIONS_API_VERSION,
+        "kind": "SandboxWarmPool",
+        "metadata": owner.meta(name),
+        "spec": {"replicas": spec.sandbox.replicas, "sandboxTemplateRef": {"name": name}, "updateStrategy": {"type": "Recreate"}},
     }
 
 
@@ -140,12 +193,18 @@ def network_policy(owner: Owner, trainer_roles: Sequence[str], box: ToolSandboxS
 
 
 def sandbox_objects(job: RLJob, settings: OperatorSettings, owner: Owner, trainer_roles: Sequence[str]) -> list[dict[str, Any]]:
-    """The job's sandbox Deployment, Service and NetworkPolicy (none when its tools run no code).
+    """The job's sandbox Deployment (backend agentSandbox: SandboxTemplate and SandboxWarmPool), Service and
+    NetworkPolicy (none when its tools run no code).
     The NetworkPolicy is there even where the chart turns the jobs' own off: it is the sandbox's wall."""
     if not wants_sandbox_pods(job):
         return []
     spec = multi_turn(job)
     assert spec is not None
-    # A suspended job holds no sandbox pod (reconcile/sandbox.py deletes the Deployment; its resume makes it again).
-    pods = [] if job.spec.run_policy.suspend else [deployment(job, settings, owner)]
+    # A suspended job holds no sandbox pod (reconcile/sandbox.py deletes the Deployment or warm pool; its resume
+    # makes it again). The SandboxTemplate stays: it is only a description.
+    suspended = job.spec.run_policy.suspend
+    if spec.sandbox.backend == AGENT_SANDBOX:
+        pods = [sandbox_template(job, settings, owner), *([] if suspended else [warm_pool(job, owner)])]
+    else:
+        pods = [] if suspended else [deployment(job, settings, owner)]
     return [*pods, service(owner), network_policy(owner, trainer_roles, spec.sandbox)]

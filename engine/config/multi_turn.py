@@ -176,6 +176,11 @@ class ToolSandboxSpec(SpecModel):
     the trainer pods: no ServiceAccount token, none of the trainer's environment, secrets or volumes,
     a read-only root with an emptyDir scratch, no egress. Under `kuberl run` this section changes nothing."""
 
+    backend: Literal["pods", "agentSandbox"] = "pods"
+    """Who keeps the sandbox pods running. pods: a Deployment of the job. agentSandbox: the
+    kubernetes-sigs agent-sandbox controller (v1.0, extensions on), which the cluster admin installs:
+    a SandboxTemplate of the same pod and a SandboxWarmPool of `replicas` sandboxes from it. Either
+    way the pods are the same, behind the same headless Service and NetworkPolicy."""
     pods: bool = True
     """Run the tool calls in sandbox pods (the default whenever the job has a python or function tool).
     false: in the trainer pod itself, under bubblewrap where the pod allows user namespaces, else only
@@ -198,6 +203,15 @@ class ToolSandboxSpec(SpecModel):
     """Let the sandbox pods ask the cluster's DNS (kube-dns pods of kube-system, port 53): off by default
     because a resolver that recurses is a way out for data by itself, whatever egress says. Needs the
     chart's admission.allowSandboxDNS."""
+
+    RULES = (
+        Rule(
+            message="backend agentSandbox runs the tool calls in sandbox pods: it needs pods true",
+            check=lambda s: s.backend != "agentSandbox" or s.pods,
+            cel="!has(self.backend) || self.backend != 'agentSandbox' || !has(self.pods) || self.pods",
+            field="backend",
+        ),
+    )
 
 
 class MultiTurnSpec(SpecModel):
