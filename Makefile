@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 UV := $(HOME)/.cache/kuberl/tools/uv-0.13.8/bin/uv
 
-.PHONY: setup kube-binaries scheduling-binaries node-deps node-binaries images push prometheus test crd generate lock main-job agent-demo bench-setup dist docs
+.PHONY: setup kube-binaries scheduling-binaries agent-sandbox-binaries node-deps node-binaries images push prometheus test crd generate lock main-job agent-demo bench-setup dist docs
 
 setup:  ## make .venv with everything kuberl needs (idempotent, ~1 s when up to date)
 	bash scripts/setup.sh
@@ -13,6 +13,9 @@ kube-binaries: node-deps  ## build (once) and cache the Kubernetes binaries of t
 
 scheduling-binaries:  ## build (once) and cache Kueue and JobSet (their managers, CRDs and webhooks) for the cluster tests
 	bash scripts/scheduling-binaries.sh >/dev/null
+
+agent-sandbox-binaries:  ## build (once) and cache the kubernetes-sigs agent-sandbox controller and its CRDs for the cluster tests
+	bash scripts/agent-sandbox-binaries.sh >/dev/null
 
 node-deps:  ## Debian's packages of the real-node and docs tests (CNI plugins, iptables, buildah, mmdebstrap, compilers, chromium); needs root
 	bash scripts/node-deps.sh
@@ -31,7 +34,7 @@ prometheus:  ## Debian's prometheus and promtool, unpacked once into ~/.cache/ku
 	@# Not fatal here: without it the monitoring tests fail with the reason, and every other test still runs.
 	-bash scripts/prometheus.sh >/dev/null
 
-test: setup node-deps kube-binaries scheduling-binaries node-binaries prometheus  ## run the test suite
+test: setup node-deps kube-binaries scheduling-binaries agent-sandbox-binaries node-binaries prometheus  ## run the test suite
 	@# The images are built here, not in a test fixture: a cold build takes longer than one test's timeout.
 	bash scripts/images.sh >/dev/null
 	$(VENV)/bin/pytest
