@@ -15,14 +15,23 @@ a model of M bytes split evenly over tp = t*p ranks (`hybridflow_bytes`). For 1 
 rank orders do not line up (rank r's training shard lies in generation shard r // (t/t_g), but it
 serves generation shard r % t_g), so some ranks receive more than the formula; `received_bytes`
 counts exactly what they receive.
+
+A mixture of experts (tp = 1, so t_g = 1: every rank needs the whole model) splits its experts over
+the ep ranks of each stage as well: expert rank e holds experts e*E/ep .. (e+1)*E/ep - 1 of its
+stage's layers (`Piece.ep_rank`), while the rest of the model (attention, norms, the routers) is
+replicated over the ep ranks as over every data-parallel rank. A rank receives its stage-mates'
+experts and every other stage's from the rank holding them, over the group of every (stage, ep rank)
+of its tensor-parallel rank (megatron-core's expert-tensor-model-pipeline group). The expert bytes
+X, split evenly over pp * ep ranks, then arrive as HybridFlow's formula says for pp * ep ranks:
+(pp*ep - 1) / (pp*ep) * X per rank (`moe_switch_bytes`), beside the rest's (tp*pp - 1) / (tp*pp) * M.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..models.arch import LlamaArch, UnsupportedModel
-from ..models.convert import MG_LAYER, stage_layers
+from ..models.arch import LlamaArch
+from ..models.convert import MG_EXPERT, MG_LAYER, stage_layers
 
 
 @dataclass(frozen=True)
@@ -33,8 +42,10 @@ class Piece:
     tp_rank: int | None
     """None for a tensor every TP rank of the stage holds whole (norms): stage's TP rank 0 sends it."""
     name: str
-    """Megatron's stage-local name."""
+    """Megatron's stage-local name (an expert's: its ep rank's local expert number)."""
     shape: tuple[int, ...]
+    ep_rank: int | None = None
+    """The expert rank holding an expert's piece; None for every other tensor (replicated over the ep ranks)."""
 
     def numel(self) -> int:
         n = 1
@@ -52,6 +63,8 @@ class Unit:
     layer: int | None
     """The global layer index, for per-layer parameters."""
     pieces: tuple[Piece, ...]
+    expert: int | None = None
+    """The global expert number, for an expert's parameters."""
 
 
 def hybridflow_bytes(model_bytes: float, tp: int, tg: int = 1, pg: int = 1) -> float:
@@ -59,12 +72,19 @@ def hybridflow_bytes(model_bytes: float, tp: int, tg: int = 1, pg: int = 1) -> f
     return (tp - tg * pg) / (tg * pg * tp) * model_bytes
 
 
-def transfer_units(arch: LlamaArch, tp: int, pp: int) -> list[Unit]:
+def moe_switch_bytes(dense_bytes: float, expert_bytes: float, tp: int, pp: int, ep: int) -> float:
+    """Bytes each rank receives, on average over the ranks, in one switch of a mixture of experts to t_g = 1:
+    HybridFlow's for the experts split over pp * ep ranks, plus HybridFlow's for the rest split over tp * pp."""
+    return hybridflow_bytes(dense_bytes, tp * pp) + hybridflow_bytes(expert_bytes, pp * ep)
+
+
+def is_expert(unit: Unit) -> bool:
+    return unit.expert is not None
+
+
+def transfer_units(arch: LlamaArch, tp: int, pp: int, ep: int = 1) -> list[Unit]:
     """Every parameter the generation replica needs, with the pieces that make it, in a fixed order."""
-    arch.check_layout(tp, pp)
-    if arch.is_moe:
-        raise UnsupportedModel("switching a mixture-of-experts model into vLLM is not implemented yet: its experts "
-                               "have no place in this plan (megatron-core trains it; the rollout cannot take its weights)")
+    arch.check_layout(tp, pp, ep)
     # The training shards hold the padded vocabulary (LlamaArch.padded_vocab_size): its rows travel, and are cut off after.
     h, v, ffn = arch.hidden_size, arch.padded_vocab_size(tp), arch.intermediate_size
     units: list[Unit] = []
@@ -90,6 +110,15 @@ def transfer_units(arch: LlamaArch, tp: int, pp: int) -> list[Unit]:
                 whole(stage, m + "self_attention.q_layernorm.weight", layer, (arch.head_dim,))
                 whole(stage, m + "self_attention.k_layernorm.weight", layer, (arch.head_dim,))
             whole(stage, m + "pre_mlp_layernorm.weight", layer, (h,))
+            if arch.is_moe:  # tp is 1 (check_layout): the router whole, each expert on its ep rank
+                whole(stage, m + "mlp.router.weight", layer, (arch.num_experts, h))
+                per, ffn_e = arch.num_experts // ep, arch.moe_intermediate_size
+                for expert in range(arch.num_experts):
+                    prefix = m + MG_EXPERT.format(expert % per)  # its ep rank's local expert
+                    for name, shape in (("linear_fc1.weight", (2 * ffn_e, h)), ("linear_fc2.weight", (h, ffn_e))):
+                        piece = Piece(stage, None, prefix + name, shape, ep_rank=expert // per)
+                        units.append(Unit(stage, prefix + name, layer, (piece,), expert=expert))
+                continue
             split(stage, m + "mlp.linear_fc1.weight", layer, (2 * ffn, h), 0)
             split(stage, m + "mlp.linear_fc2.weight", layer, (h, ffn), 1)
     last = pp - 1
@@ -132,16 +161,17 @@ def needs(piece: Piece, tp: int, tg: int, tp_rank: int) -> bool:
     return piece.tp_rank is None or piece.tp_rank in wanted_tp_ranks(tp, tg, tp_rank)
 
 
-def holds(piece: Piece, stage: int, tp_rank: int) -> bool:
-    return piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank)
+def holds(piece: Piece, stage: int, tp_rank: int, ep_rank: int = 0) -> bool:
+    return (piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank)
+            and (piece.ep_rank is None or piece.ep_rank == ep_rank))
 
 
-def received_bytes(units: list[Unit], stage: int, tp_rank: int, element_size: int, tg: int = 1) -> int:
-    """Bytes the training rank (stage, tp_rank) receives: every piece it needs and does not hold."""
+def received_bytes(units: list[Unit], stage: int, tp_rank: int, element_size: int, tg: int = 1, ep_rank: int = 0) -> int:
+    """Bytes the training rank (stage, tp_rank, ep_rank) receives: every piece it needs and does not hold."""
     tp = max(len(unit.pieces) for unit in units)
     total = 0
     for unit in units:
         for piece in unit.pieces:
-            if needs(piece, tp, tg, tp_rank) and not holds(piece, stage, tp_rank):
+            if needs(piece, tp, tg, tp_rank) and not holds(piece, stage, tp_rank, ep_rank):
                 total += piece.numel() * element_size
     return total

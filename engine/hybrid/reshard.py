@@ -10,6 +10,10 @@ With t_g > 1 a rank gathers only its generation shard. vLLM's weight loaders tak
 full tensor and cut their rank's slice out of it themselves, so each shard is yielded inside a
 tensor of the full shape of which only that slice is written: the loader reads nothing else, and
 the bytes moved stay at the shard's. Such a buffer lives for one tensor at a time.
+
+A mixture of experts' expert pieces travel over another group: every (stage, ep rank) of the
+rank's TP rank (`expert_ranks`, megatron-core's expert-tensor-model-pipeline group), from the rank
+that holds the expert to every other; the routers and the rest travel as any model's.
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from ..models.arch import LlamaArch
-from ..models.convert import HF_LAYER, split_qkv, unpad_vocab, unshard_fc1
-from .plan import Unit, buckets, generation_tp_rank, holds, needs, transfer_units, wanted_tp_ranks
+from ..models.convert import HF_LAYER, hf_expert, hf_router, split_qkv, unpad_vocab, unshard_fc1
+from .plan import Piece, Unit, buckets, generation_tp_rank, holds, needs, transfer_units, wanted_tp_ranks
 
 
 @dataclass
@@ -43,13 +47,20 @@ class Resharder:
     """Streams this rank's generation shard (t_g = 1: the whole model) as Hugging Face tensors.
 
     `ranks` maps (pipeline stage, TP rank) to global ranks of the model-parallel group; `group` is
-    that group. `tg` is the rollout's tensor-parallel size.
+    that group. `tg` is the rollout's tensor-parallel size. A mixture of experts under expert
+    parallelism (`ep` ranks, this one `ep_rank`) also needs `expert_ranks`, (pipeline stage, ep rank)
+    to global ranks of this rank's expert-tensor-model-pipeline group, and that group; at ep = 1 they
+    are the model-parallel group's TP rank 0 of each stage.
     """
 
     def __init__(self, arch: LlamaArch, tp: int, pp: int, stage: int, tp_rank: int,
                  ranks: Mapping[tuple[int, int], int], group: dist.ProcessGroup | None,
-                 dtype: torch.dtype = torch.float32, bucket_bytes: int = 64 << 20, tg: int = 1):
+                 dtype: torch.dtype = torch.float32, bucket_bytes: int = 64 << 20, tg: int = 1, ep: int = 1,
+                 ep_rank: int = 0, expert_ranks: Mapping[tuple[int, int], int] | None = None,
+                 expert_group: dist.ProcessGroup | None = None):
         wanted_tp_ranks(tp, tg, tp_rank)  # tg must divide tp
+        if ep > 1 and expert_ranks is None:
+            raise ValueError(f"ep={ep}: the switch needs the ranks that hold the other experts (expert_ranks)")
         if tg > 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
             raise ValueError(f"a rollout tensor-parallel size of {tg} needs a vocabulary that the training's tp={tp} "
                              f"divides: {arch.vocab_size} is padded to {arch.padded_vocab_size(tp)} there, and vLLM "
@@ -61,8 +72,11 @@ class Resharder:
         self.arch, self.tp, self.pp, self.stage, self.tp_rank, self.tg = arch, tp, pp, stage, tp_rank, tg
         self.ranks, self.group, self.dtype = ranks, group, dtype
         self.element_size = torch.empty((), dtype=dtype).element_size()
-        self.plan = buckets(transfer_units(arch, tp, pp), bucket_bytes, self.element_size)
+        self.plan = buckets(transfer_units(arch, tp, pp, ep), bucket_bytes, self.element_size)
         self.me = ranks[(stage, tp_rank)]
+        self.ep, self.ep_rank = ep, ep_rank
+        self.expert_ranks = dict(expert_ranks) if expert_ranks is not None else {(s, 0): r for (s, t), r in ranks.items() if t == 0}
+        self.expert_group = expert_group if expert_ranks is not None else group
         self.gen_rank = generation_tp_rank(tp_rank, tg)
         # The generation shard's attention heads, for cutting q, k and v out of the fused QKV.
         self.shard_arch = replace(arch, num_heads=arch.num_heads // tg, num_kv_heads=arch.num_kv_heads // tg)
@@ -86,18 +100,22 @@ class Resharder:
             for unit in bucket:
                 pieces = []
                 for piece in unit.pieces:
-                    # A piece every TP rank of its stage holds (a norm) is sent by the stage's TP rank 0.
-                    owner = self.ranks[(piece.stage, piece.tp_rank or 0)]
+                    # A piece every TP rank of its stage holds (a norm) is sent by the stage's TP rank 0; an
+                    # expert by the rank of its stage and ep rank, over the expert group.
+                    if piece.ep_rank is None:
+                        owner, group = self.ranks[(piece.stage, piece.tp_rank or 0)], self.group
+                    else:
+                        owner, group = self.expert_ranks[(piece.stage, piece.ep_rank)], self.expert_group
                     wanted = needs(piece, self.tp, self.tg, self.tp_rank)
-                    if holds(piece, self.stage, self.tp_rank):
+                    if holds(piece, self.stage, self.tp_rank, self.ep_rank):
                         tensor = local[piece.name].to(self.dtype).contiguous()
                         if self.me == owner:
                             for peer in self._receivers(piece):
-                                dist.send(tensor, dst=peer, group=self.group)
+                                dist.send(tensor, dst=peer, group=group)
                                 sent += tensor.numel() * self.element_size
                     elif wanted:
                         tensor = torch.empty(piece.shape, dtype=self.dtype, device=device)
-                        dist.recv(tensor, src=owner, group=self.group)
+                        dist.recv(tensor, src=owner, group=group)
                         received += tensor.numel() * self.element_size
                     if wanted:
                         pieces.append(tensor)
@@ -107,8 +125,11 @@ class Resharder:
         self.stats.seconds = time.perf_counter() - started
         self.stats.history.append({"bytes_received": received, "bytes_sent": sent, "seconds": self.stats.seconds})
 
-    def _receivers(self, piece) -> list[int]:
+    def _receivers(self, piece: Piece) -> list[int]:
         """Ranks of the group that need `piece` and do not hold it."""
+        if piece.ep_rank is not None:  # every rank needs every expert (tp and t_g are 1)
+            return sorted(rank for (stage, ep_rank), rank in self.expert_ranks.items()
+                          if not holds(piece, stage, 0, ep_rank))
         return sorted(rank for (stage, tp_rank), rank in self.ranks.items()
                       if needs(piece, self.tp, self.tg, tp_rank) and not holds(piece, stage, tp_rank))
 
@@ -134,8 +155,20 @@ class Resharder:
         if name == "decoder.final_layernorm.weight":
             yield "model.norm.weight", pieces[0], None
             return
+        assert unit.layer is not None, name
+        if unit.expert is not None:
+            gate_name, up_name, down_name = hf_expert(self.arch, unit.layer, unit.expert)
+            if name.endswith("linear_fc1.weight"):
+                gate_rows, up_rows = pieces[0].chunk(2, dim=0)
+                yield gate_name, gate_rows, None
+                yield up_name, up_rows, None
+            else:
+                yield down_name, pieces[0], None
+            return
         h = HF_LAYER.format(unit.layer)
-        if name.endswith("input_layernorm.weight"):
+        if name.endswith("mlp.router.weight"):
+            yield hf_router(self.arch, unit.layer), pieces[0], None
+        elif name.endswith("input_layernorm.weight"):
             yield h + "input_layernorm.weight", pieces[0], None
         elif name.endswith("pre_mlp_layernorm.weight"):
             yield h + "post_attention_layernorm.weight", pieces[0], None

