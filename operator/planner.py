@@ -60,7 +60,7 @@ def topology(job: RLJob) -> dict[RoleName, RoleTopology]:
             ranks=roles.ranks(name),
             rank_offset=0 if colocated else offset,
             procs_per_pod=max(1, roles.actor.gpus_per_replica or 0) if colocated else max(1, role.gpus_per_replica or 0),
-            layout=ParallelLayout(tp=layout.tp, pp=layout.pp, dp=layout.dp),
+            layout=ParallelLayout(tp=layout.tp, pp=layout.pp, dp=layout.dp, ep=layout.ep),
             rollout_tp=(getattr(layout, "rollout_tp", None) or 1) if name == "actor" else 1,
             colocated_with=colocated,
         )

@@ -118,16 +118,25 @@ def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path
     assert "larger than 1048576 bytes: not a model's config.json" in validate().stderr
 
 
-def test_a_job_cannot_name_a_mixture_of_experts_model_yet() -> None:
+def test_a_job_names_a_mixture_of_experts_model_with_its_expert_layout() -> None:
     from kuberl.engine.config.topology import EngineConfig
     from kuberl.engine.models.support import check_model
 
-    config = EngineConfig.model_validate({
-        "job": "j", "worldSize": 1, "masterPort": 29500, "model": {"path": "/m"}, "data": {"train": {"path": "d.jsonl"}},
-        "algorithm": {"name": "grpo"}, "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1},
-        "roles": {"actor": {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}}})
+    def config(layout: dict, ranks: int = 1) -> EngineConfig:
+        return EngineConfig.model_validate({
+            "job": "j", "worldSize": ranks, "masterPort": 29500, "model": {"path": "/m"},
+            "data": {"train": {"path": "d.jsonl"}}, "algorithm": {"name": "grpo"},
+            "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1},
+            "roles": {"actor": {"ranks": ranks, "rankOffset": 0, "procsPerPod": 1, "layout": layout}}})
+
     moe = {**QWEN3_06B, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
            "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
-    with pytest.raises(UnsupportedModel, match="mixture-of-experts model.*cannot run one yet"):
-        check_model(moe, config)
-    assert check_model(QWEN3_06B, config).qk_norm  # a dense Qwen3 passes
+    assert check_model(moe, config({"dp": 1})).num_experts == 8
+    assert check_model(moe, config({"dp": 4, "ep": 4}, 4)).num_experts == 8
+    with pytest.raises(UnsupportedModel, match="roles.actor.layout: ep=16 must divide the 8 experts"):
+        check_model(moe, config({"dp": 16, "ep": 16}, 16))
+    with pytest.raises(UnsupportedModel, match="roles.actor.layout: tp=2 is not supported for mixture-of-experts"):
+        check_model(moe, config({"tp": 2}, 2))
+    assert check_model(QWEN3_06B, config({"dp": 1})).qk_norm  # a dense Qwen3 passes
+    with pytest.raises(UnsupportedModel, match="ep=2: expert parallelism needs a mixture-of-experts model"):
+        check_model(QWEN3_06B, config({"dp": 2, "ep": 2}, 2))

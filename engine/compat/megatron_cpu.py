@@ -113,6 +113,25 @@ def _cuda_type_names_for_megatron(original):
     return type_
 
 
+def _alltoall_dispatcher_on_cpu() -> None:
+    """megatron-core's all-to-all token dispatcher (expert parallelism) copies its split sizes to the host on a side
+    CUDA stream and waits on an event for them: on the host there is nothing to copy or wait for, only the split
+    sizes to turn into the lists all_to_all takes."""
+    from megatron.core.transformer.moe.token_dispatcher import MoEAlltoAllTokenDispatcher
+
+    def splits(value: object) -> object:
+        return value.tolist() if isinstance(value, torch.Tensor) else value
+
+    def on_host(self, point: str, tokens_per_expert: torch.Tensor | None = None) -> torch.Tensor | None:
+        if not self.drop_and_pad and point == self.cuda_dtoh_point:
+            self.input_splits, self.output_splits = splits(self.input_splits), splits(self.output_splits)
+            self.output_splits_tp = splits(self.output_splits_tp)
+        return tokens_per_expert
+
+    MoEAlltoAllTokenDispatcher.cuda_dtoh_stream = types.SimpleNamespace()  # its __init__ makes a CUDA stream if None
+    MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize = on_host
+
+
 def apply() -> bool:
     """Install the redirections once; returns whether they are active (False on a CUDA machine)."""
     global _applied
@@ -144,6 +163,7 @@ def apply() -> bool:
 
     if not hasattr(moe_utils, "te_general_gemm"):
         moe_utils.te_general_gemm = None
+    _alltoall_dispatcher_on_cpu()
     proxy = _TorchOnCpu()
     for name in _MODULES_WITH_CUDA_TENSORS:
         setattr(importlib.import_module(name), "torch", proxy)

@@ -38,6 +38,8 @@ class Block:
     size: int
     tp: int
     pp: int
+    ep: int = 1
+    """Expert parallelism (a mixture of experts), inside the data-parallel ranks."""
 
     def __contains__(self, rank: int) -> bool:
         return self.offset <= rank < self.offset + self.size
@@ -45,7 +47,7 @@ class Block:
 
 def blocks(config: EngineConfig) -> list[Block]:
     """Every role with ranks of its own, in rank order (pure); checked to tile the world, actor first."""
-    found = [Block(name, topo.rank_offset, topo.ranks, topo.layout.tp, topo.layout.pp)
+    found = [Block(name, topo.rank_offset, topo.ranks, topo.layout.tp, topo.layout.pp, topo.layout.expert_parallel)
              for name, topo in config.own_rank_roles()]
     if not found or found[0].role != "actor" or found[0].offset != 0:
         raise ValueError("roles.actor: the actor must have ranks of its own, starting at rank 0 (the controller)")

@@ -64,8 +64,9 @@ class RankEnv:
                    link_timeout_s=integer("KUBERL_LINK_TIMEOUT_S", DEFAULT_LINK_TIMEOUT_S))
 
 
-def init_model_parallel(tp: int, pp: int, seed: int) -> None:
-    """megatron-core's process groups for (tp, pp) over this rank's world (dp is what remains)."""
+def init_model_parallel(tp: int, pp: int, seed: int, ep: int = 1) -> None:
+    """megatron-core's process groups for (tp, pp) over this rank's world (dp is what remains), and for a
+    mixture of experts' `ep` expert-parallel ranks, which megatron-core takes out of the data-parallel ones."""
     from ..compat import megatron_cpu
 
     megatron_cpu.apply()
@@ -75,7 +76,9 @@ def init_model_parallel(tp: int, pp: int, seed: int) -> None:
     world = dist.get_world_size()
     if world % (tp * pp):
         raise WorldError(f"tp*pp = {tp * pp} does not divide the world of {world} ranks")
-    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    if (world // (tp * pp)) % ep:
+        raise WorldError(f"ep = {ep} does not divide the {world // (tp * pp)} data-parallel ranks")
+    ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, expert_model_parallel_size=ep)
     model_parallel_cuda_manual_seed(seed)
 
 
@@ -87,3 +90,15 @@ def model_parallel_ranks() -> dict[tuple[int, int], int]:
     members: list = [None] * dist.get_world_size(group)
     dist.all_gather_object(members, (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(), dist.get_rank()), group=group)
     return {(s, t): r for s, t, r in members}
+
+
+def expert_parallel_ranks() -> dict[tuple[int, int], int]:
+    """(pipeline stage, ep rank) -> global rank, for this rank's expert-tensor-model-pipeline group (tp is 1 under a
+    mixture of experts): the ranks that hold the experts this rank's switch gathers."""
+    from megatron.core import parallel_state as ps
+
+    group = ps.get_expert_tensor_model_pipeline_parallel_group()
+    members: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(members, (ps.get_pipeline_model_parallel_rank(), ps.get_expert_model_parallel_rank(), dist.get_rank()),
+                           group=group)
+    return {(s, e): r for s, e, r in members}

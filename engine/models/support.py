@@ -40,9 +40,9 @@ def check_model(hf_config: Mapping[str, Any], config: EngineConfig) -> LlamaArch
     for role, topo in config.roles.items():
         if role == "reward":  # a reward model is a model of its own (reward.model), read where it is loaded
             continue
-        tp, pp = topo.layout.tp, topo.layout.pp
+        tp, pp, ep = topo.layout.tp, topo.layout.pp, topo.layout.expert_parallel
         try:
-            arch.check_layout(tp, pp)
+            arch.check_layout(tp, pp, ep)
         except UnsupportedModel as exc:
             raise UnsupportedModel(f"roles.{role}.layout: {exc}") from None
     return arch

@@ -18,7 +18,7 @@ from megatron.core import parallel_state as ps
 from ..common.dtypes import torch_dtype, vllm_dtype
 from ..config.topology import EngineConfig, policy_temperature
 from ..distributed.role_link import RemoteRewardModel, RoleLink
-from ..distributed.world import model_parallel_ranks
+from ..distributed.world import expert_parallel_ranks, model_parallel_ranks
 from ..hybrid.reshard import Resharder
 from ..models.arch import LlamaArch
 from ..models.loading import read_hf_config
@@ -115,8 +115,10 @@ def build_resharder(files: ModelFiles, place: ModelPlace, tg: int) -> Resharder:
     """The training->generation switch for this rank's place in the actor's layout, for vLLM replicas
     of `tg` ranks; a layout it cannot serve is the job's error."""
     try:
+        experts = dict(ep=place.ep, ep_rank=place.ep_rank, expert_ranks=expert_parallel_ranks(),
+                       expert_group=ps.get_expert_tensor_model_pipeline_parallel_group()) if files.arch.is_moe else {}
         return Resharder(files.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
-                         ps.get_model_parallel_group(), dtype=files.dtype, tg=tg)
+                         ps.get_model_parallel_group(), dtype=files.dtype, tg=tg, **experts)
     except ValueError as exc:
         raise ConfigError(f"roles.actor.layout.rolloutTp: {exc}") from None
 

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
         check_supported(config)  # before any rank waits for another: every rank refuses the same job alike
         world = join(env, config)
-        init_model_parallel(world.block.tp, world.block.pp, config.trainer.seed)
+        init_model_parallel(world.block.tp, world.block.pp, config.trainer.seed, world.block.ep)
         if world.role == "actor":
             run = RLRun(config, world, run_dir)
             report = _reporter(run, env.rank == 0)

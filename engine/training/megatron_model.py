@@ -18,7 +18,11 @@ def moe_config(arch: LlamaArch, ep: int = 1) -> dict:
 
     Both families take the softmax of the router's logits over all experts and keep the top k. Renormalised
     (Mixtral, Qwen3-MoE with norm_topk_prob), that equals megatron's softmax over the top k logits
-    (moe_router_pre_softmax False); not renormalised (Qwen3-MoE's default), it is megatron's pre-softmax routing."""
+    (moe_router_pre_softmax False); not renormalised (Qwen3-MoE's default), it is megatron's pre-softmax routing.
+
+    Under expert parallelism the tokens travel to their experts' ranks all-to-all: the ranks of an ep group are
+    data-parallel ranks with micro-batches of their own, of different token counts, which megatron's all-gather
+    dispatcher cannot take (it gathers equal shapes); on one rank the all-gather dispatcher moves nothing."""
     if not arch.is_moe:
         return {}
     return dict(
@@ -29,7 +33,7 @@ def moe_config(arch: LlamaArch, ep: int = 1) -> dict:
         moe_router_pre_softmax=not arch.norm_topk_prob,
         moe_router_load_balancing_type="aux_loss",
         moe_aux_loss_coeff=arch.router_aux_loss_coef,
-        moe_token_dispatcher_type="allgather",
+        moe_token_dispatcher_type="alltoall" if ep > 1 else "allgather",
         moe_grouped_gemm=False,
         moe_router_dtype="fp32",
         expert_model_parallel_size=ep,

@@ -102,6 +102,9 @@ class ModelPlace:
     pp_rank: int
     dp_rank: int
     dp_size: int
+    ep: int = 1
+    """A mixture of experts' expert-parallel size (its ranks are data-parallel ranks of the rest)."""
+    ep_rank: int = 0
 
 
 def model_place() -> ModelPlace:
@@ -109,7 +112,8 @@ def model_place() -> ModelPlace:
 
     return ModelPlace(ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
                       ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(),
-                      ps.get_data_parallel_rank(), ps.get_data_parallel_world_size())
+                      ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(),
+                      ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank())
 
 
 class MegatronLM:
@@ -138,8 +142,9 @@ class MegatronLM:
         self.logit_temperature = 1.0 if value_head else logit_temperature
         place = self.place
         tied = arch.tie_word_embeddings and not value_head
-        module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied)
-        shard = hf_to_megatron(hf_state, arch, place.tp_rank, place.tp, place.pp_rank, place.pp)
+        module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied,
+                                 ep=place.ep)
+        shard = hf_to_megatron(hf_state, arch, place.tp_rank, place.tp, place.pp_rank, place.pp, place.ep_rank, place.ep)
         if value_head:
             shard.pop("output_layer.weight", None)
             if place.pp_rank == place.pp - 1:
@@ -293,10 +298,14 @@ class MegatronLM:
             group["lr"] = lr
         started = time.perf_counter()
         inputs = self.model_inputs(batches)
+        if self.arch.is_moe:
+            _clear_moe_losses()
         results = self.accumulate_gradients(batches, loss_fn, totals, inputs)
         middle = time.perf_counter()
         ok, grad_norm, _ = self.optimizer.step()
         stats = _mean_stats(results)
+        if self.arch.is_moe:
+            stats.update(_moe_losses(len(batches)))
         stats["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
         stats["update_skipped"] = 0.0 if ok else 1.0
         stats["backward_seconds"], stats["optimizer_seconds"] = middle - started, time.perf_counter() - middle
@@ -378,6 +387,31 @@ class MegatronLM:
             missing, unexpected = self.module.load_state_dict(state["model"], strict=False)
         if unexpected or [k for k in missing if not k.endswith("_extra_state")]:
             raise RuntimeError(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+MOE_LOSSES = {"load_balancing_loss": "moe_aux_loss"}
+"""megatron-core's router losses (its aux-loss tracker's names) and the step metrics that report them."""
+
+
+def _clear_moe_losses() -> None:
+    from megatron.core.transformer.moe.moe_utils import clear_aux_losses_tracker
+
+    clear_aux_losses_tracker()
+
+
+def _moe_losses(num_micro_batches: int) -> dict[str, float]:
+    """The router's load-balancing loss of the update just computed, as megatron-core's training loop reports it:
+    per MoE layer, summed over the micro-batches' forwards and divided by their number, averaged over the layers and
+    the data-parallel ranks (its coefficient left out; megatron's router added coefficient x this loss's gradient in
+    the backward). A collective over the pipeline and data-parallel groups; none where the coefficient is 0."""
+    from megatron.core.transformer.moe.moe_utils import get_moe_layer_wise_logging_tracker, reduce_aux_losses_tracker_across_ranks
+
+    tracker = get_moe_layer_wise_logging_tracker()
+    names = [name for name in MOE_LOSSES if name in tracker]
+    if not names:
+        return {}
+    reduce_aux_losses_tracker_across_ranks(names)
+    return {MOE_LOSSES[name]: float(tracker[name]["values"].float().mean()) / max(1, num_micro_batches) for name in names}
 
 
 def _computed(batches: list[SeqBatch], inputs: list[ModelInputs], seconds: float) -> dict[str, float]:

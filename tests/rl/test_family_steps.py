@@ -8,19 +8,14 @@ a rollout that produced tokens, a non-zero gradient, and an exported policy unli
 started from. The reward (a digit anywhere in the response, about one random response in two) differs
 within a prompt's group, so GRPO's advantages, and with them the update, are not zero.
 
-Not run here, each with its reason (CANNOT_RUN), and instead shown to be refused as it says:
+The mixture-of-experts families (qwen3_moe, mixtral) take their step here too, and report the router's
+load-balancing loss (`moe_aux_loss`); tests/rl/test_moe_step.py runs one over 2 ranks with expert
+parallelism. A family a job cannot run would be listed in CANNOT_RUN with the error `kuberl run` ends
+with, and shown refused; none is now.
 
-- qwen3_moe and mixtral, the mixture-of-experts families: the engine's megatron-core layers train them
-  (tests/engine/test_moe.py), but a job cannot run one end to end. `kuberl run` of this module's job on
-  their tiny checkpoints ends at rank start with
-      ConfigError: roles.actor.layout.rolloutTp: switching a mixture-of-experts model into vLLM is not
-      implemented yet: its experts have no place in this plan (megatron-core trains it; the rollout cannot
-      take its weights)
-  (engine/hybrid/plan.py), and `kuberl validate --local` refuses the job earlier with the family's
-  job_refusal: "mixtral is a mixture-of-experts model: the engine's megatron-core layers train it, but a
-  job cannot run one yet (the expert-parallel layout is not in the RLJob API and the switch into vLLM does
-  not move experts)". When the switch takes experts, the refusal test below fails: move the family into
-  the step test by deleting its CANNOT_RUN entry.
+What stays refused for every mixture of experts is tensor parallelism (tp > 1): megatron-core 0.16.1's
+MoE layer trains under tp only with sequence parallelism, which needs Transformer Engine, so a job with
+tp=2 on one ends before any rank loads it (`test_a_mixture_of_experts_under_tensor_parallelism_is_refused`).
 """
 
 from __future__ import annotations
@@ -37,22 +32,26 @@ from .conftest import kuberl_run, manifest
 
 pytestmark = pytest.mark.slow
 
-MOE_SWITCH = ("switching a mixture-of-experts model into vLLM is not implemented yet: its experts have no place in "
-              "this plan (megatron-core trains it; the rollout cannot take its weights)")
-CANNOT_RUN = {"qwen3_moe": MOE_SWITCH, "mixtral": MOE_SWITCH}
+CANNOT_RUN: dict[str, str] = {}
 """The families a job cannot run yet, and the error `kuberl run` ends with for each."""
 
+MOE_UNDER_TP = ("tp=2 is not supported for mixture-of-experts models yet: megatron-core trains MoE under tensor "
+                "parallelism only with sequence parallelism; use tp=1 (and ep)")
+"""What `kuberl run` says of a mixture of experts under tp=2 (LlamaArch.check_layout)."""
 
-def one_step_job(family: str, tmp_path: Path) -> tuple[Path, Path, Path]:
-    """A tiny checkpoint of the family and a one-step, one-rank GRPO job on it: (model, job, run folder)."""
+
+def one_step_job(family: str, tmp_path: Path, layout: dict | None = None) -> tuple[Path, Path, Path]:
+    """A tiny checkpoint of the family and a one-step GRPO job on it, one rank unless `layout` says more:
+    (model, job, run folder)."""
     from kuberl.engine.models.tiny import make_tiny_model
 
     model = make_tiny_model(tmp_path / "model", family=family)
     run = tmp_path / "run"
     job = manifest(tmp_path / "job.yaml", model, run, name=f"tiny-{family.replace('_', '-')}", roles={},
-                   layout={"dp": 1}, steps=1, samples=4, promptsPerStep=2, microBatchSize=4,
+                   layout=layout or {"dp": 1}, steps=1, samples=4, promptsPerStep=2, microBatchSize=4,
                    reward={"rules": [{"name": "format", "args": {"pattern": r".*\d.*"}}]})
-    job.write_text(job.read_text().replace("gpusPerReplica: 2", "gpusPerReplica: 1"))
+    if layout is None:
+        job.write_text(job.read_text().replace("gpusPerReplica: 2", "gpusPerReplica: 1"))
     return model, job, run
 
 
@@ -82,12 +81,19 @@ def test_one_grpo_step_per_family(family: str, kuberl_cli: str, tmp_path: Path) 
     assert step["train_positions"] > 0, step
     assert step["rollout/mismatch_max"] < 1e-3, step
     assert step["grad_norm"] > 0 and step["update_skipped"] == 0, step
+    if FAMILIES[family].is_moe:  # the router's load-balancing loss, which megatron-core's router added to the gradient
+        assert step["moe_aux_loss"] > 0 and math.isfinite(step["moe_aux_loss"]), step
+    else:
+        assert "moe_aux_loss" not in step, step
     # The policy moved: the export has the checkpoint's tensors, shapes and config, and their values changed.
     start, final = load_file(model / "model.safetensors"), load_file(run / "final" / "model.safetensors")
     assert set(final) == set(start), set(final) ^ set(start)
     assert all(final[k].shape == start[k].shape for k in start)
-    moved = [k for k in start if not (final[k] == start[k]).all()]
-    assert len(moved) == len(start), f"{family}: unchanged after the step: {sorted(set(start) - set(moved))}"
+    moved = {k for k in start if not (final[k] == start[k]).all()}
+    # An expert the router sent none of the step's few tokens to has no gradient: it may stay as it was.
+    expected = {k for k in start if ".experts." not in k}
+    assert expected <= moved, f"{family}: unchanged after the step: {sorted(expected - moved)}"
+    assert moved - expected or not FAMILIES[family].is_moe, f"{family}: no expert moved"
     assert json.loads((run / "final" / "config.json").read_text())["model_type"] == FAMILIES[family].example["model_type"]
 
 
@@ -97,4 +103,13 @@ def test_a_family_the_step_cannot_run_is_refused_with_its_reason(family: str, ku
     result = kuberl_run(kuberl_cli, job, run, timeout=300)
     assert result.returncode != 0, f"{family} ran: take it out of CANNOT_RUN so that it is stepped like the others"
     assert CANNOT_RUN[family] in result.stderr, result.stderr[-3000:]
+    assert not (run / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("family", [name for name in sorted(FAMILIES) if FAMILIES[name].is_moe])
+def test_a_mixture_of_experts_under_tensor_parallelism_is_refused(family: str, kuberl_cli: str, tmp_path: Path) -> None:
+    _, job, run = one_step_job(family, tmp_path, layout={"tp": 2, "dp": 1})
+    result = kuberl_run(kuberl_cli, job, run, timeout=300)
+    assert result.returncode != 0, f"{family} ran under tp=2: megatron-core trains it there now, step it"
+    assert MOE_UNDER_TP in result.stderr, result.stderr[-3000:]
     assert not (run / "metrics.jsonl").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..unsupported import UnsupportedModel
-from .registry import MOE_JOBS, SLIDING_WINDOW, Get, ModelFamily, Parallelism, Refusal, register_family
+from .registry import MOE_JOB_NOTES, SLIDING_WINDOW, Get, ModelFamily, Parallelism, Refusal, register_family
 
 MOE_TESTS = "tests/engine/test_moe.py"
 
@@ -33,7 +33,7 @@ FAMILY = register_family(ModelFamily(
            f"{MOE_TESTS}::test_conversion_round_trip_is_exact[mixtral]",
            f"{MOE_TESTS}::test_exported_folder_loads_in_transformers[mixtral]",
            f"{MOE_TESTS}::test_expert_e_lives_on_ep_rank_e_over_experts_per_rank[mixtral]",
-           "tests/rl/test_family_steps.py::test_a_family_the_step_cannot_run_is_refused_with_its_reason[mixtral]"),
+           "tests/rl/test_family_steps.py::test_one_grpo_step_per_family[mixtral]"),
     parallelism=Parallelism(tp=False, pp=True, ep=True,
                             notes="tp > 1 is refused: megatron-core trains a mixture of experts under tensor parallelism "
                                   "only with sequence parallelism, which needs Transformer Engine; ep must divide the experts"),
@@ -45,5 +45,5 @@ FAMILY = register_family(ModelFamily(
               SLIDING_WINDOW),
     weights="a layer's router is block_sparse_moe.gate and its experts block_sparse_moe.experts.{e}.w1 (gate), w3 (up) and "
             "w2 (down); each expert's w1 and w3 are fused into its linear_fc1",
-    job_refusal=MOE_JOBS,
+    notes=MOE_JOB_NOTES,
 ))

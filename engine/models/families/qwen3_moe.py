@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..unsupported import UnsupportedModel
-from .registry import ATTENTION_BIAS, MOE_JOBS, USE_SLIDING_WINDOW, Get, ModelFamily, Parallelism, Refusal, register_family
+from .registry import MOE_JOB_NOTES, ATTENTION_BIAS, USE_SLIDING_WINDOW, Get, ModelFamily, Parallelism, Refusal, register_family
 
 MOE_TESTS = "tests/engine/test_moe.py"
 
@@ -40,7 +40,8 @@ FAMILY = register_family(ModelFamily(
            f"{MOE_TESTS}::test_conversion_round_trip_is_exact[qwen3_moe]",
            f"{MOE_TESTS}::test_exported_folder_loads_in_transformers[qwen3_moe]",
            f"{MOE_TESTS}::test_routing_is_what_the_equality_tests[qwen3_moe]",
-           "tests/rl/test_family_steps.py::test_a_family_the_step_cannot_run_is_refused_with_its_reason[qwen3_moe]"),
+           "tests/rl/test_family_steps.py::test_one_grpo_step_per_family[qwen3_moe]",
+           "tests/rl/test_moe_step.py::test_grpo_step_with_expert_parallelism"),
     parallelism=Parallelism(tp=False, pp=True, ep=True,
                             notes="tp > 1 is refused: megatron-core trains a mixture of experts under tensor parallelism "
                                   "only with sequence parallelism, which needs Transformer Engine; ep must divide the experts"),
@@ -56,5 +57,5 @@ FAMILY = register_family(ModelFamily(
               *(_shared(f) for f in ("shared_expert_intermediate_size", "n_shared_experts", "num_shared_experts"))),
     weights="a layer's router is mlp.gate and its experts mlp.experts.{e}.gate_proj, up_proj and down_proj (transformers 5's "
             "fused in-memory experts are split into these names first); each expert's gate and up are fused into its linear_fc1",
-    job_refusal=MOE_JOBS,
+    notes=MOE_JOB_NOTES,
 ))

@@ -118,9 +118,14 @@ def family_of(model_type: object) -> ModelFamily:
 
 # What more than one family shares.
 
-MOE_JOBS = ("the engine's megatron-core layers train it, but a job cannot run one yet (the expert-parallel layout is "
-            "not in the RLJob API and the switch into vLLM does not move experts)")
-"""Why a job cannot run a mixture-of-experts family yet (its job_refusal)."""
+MOE_JOB_NOTES = (
+    "In a job, `roles.<role>.layout.ep` splits each layer's experts over ep of the data-parallel ranks (ep divides dp "
+    "and the experts); the switch into vLLM gathers every expert to every rank, (pp·ep - 1)/(pp·ep) of the experts' "
+    "bytes per rank beside the rest's (engine/hybrid/plan.py).",
+    "megatron-core's router adds router_aux_loss_coef times its load-balancing loss to the gradient; each step reports "
+    "that loss, without the coefficient, as `moe_aux_loss` (`actor/moe_aux_loss` in the trackers).",
+)
+"""What a user of a mixture-of-experts family should know about running one in a job (its notes)."""
 
 ATTENTION_BIAS = Refusal(
     "attention_bias", "true",
