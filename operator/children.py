@@ -10,6 +10,8 @@ from .api import API_VERSION, KIND
 
 LABEL_JOB = "kuberl.dev/job"
 LABEL_ROLE = "kuberl.dev/role"
+LABEL_CONTROLLER = "kuberl.dev/controller"
+"""On the one pod that holds the controller rank (global rank 0): the pod that serves metrics and writes progress."""
 LABEL_COMPONENT = "kuberl.dev/component"
 """On the initializer's Job and pod ("initializer"), which belong to no role and no attempt."""
 INITIALIZER = "initializer"

@@ -1,6 +1,8 @@
 """The JobSet of an RLJob: every pod of every role, as one object that Kueue admits whole.
 
-One replicated job per role with pods of its own (pod_spec.replicated_job). JobSet gives the pods
+One replicated job per role with pods of its own (pod_spec.replicated_job), and the actor's first pod,
+which holds the controller rank, in one of its own ("actor"; the actor's other pods are
+"actor-peers"): only that pod gets the ServiceAccount token and the tracking secrets. JobSet gives the pods
 stable hostnames under the job's headless Service (rank 0 is `<job>-actor-0-0.<job>`), restarts every
 Job of the gang when one fails (failurePolicy: a rank cannot survive a lost peer; each restart
 resumes from the last checkpoint) unless a rank said a restart cannot help (then it fails the whole
@@ -21,7 +23,7 @@ from kuberl.engine.config import EngineConfig
 
 from .api import RLJob
 from .children import KUEUE_PRIORITY_LABEL, KUEUE_QUEUE_LABEL, PREEMPTIONS_BEFORE, RESTARTS_BEFORE, OperatorSettings, Owner
-from .pod_spec import replicated_job
+from .pod_spec import pod_groups, replicated_job
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
@@ -39,6 +41,7 @@ def jobset(job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: 
     spec = job.spec
     scheduling = spec.run_policy.scheduling
     meta = owner.meta(owner.name)
+    groups = pod_groups(job, config)
     meta["annotations"] = {RESTARTS_BEFORE: str(restarts_before), PREEMPTIONS_BEFORE: str(preemptions_before)}
     body: dict[str, Any] = {
         # Our own headless Service (planner.py) has this name, selects every pod and serves the metrics
@@ -49,11 +52,9 @@ def jobset(job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: 
             # A Job failed by its podFailurePolicy (a rank exited NOT_RETRYABLE_EXIT_CODE): the whole job fails now.
             "rules": [{"name": NOT_RETRYABLE_RULE, "action": "FailJobSet", "onJobFailureReasons": [JOB_REASON_POD_FAILURE_POLICY]}],
         },
-        "successPolicy": {"operator": "All", "targetReplicatedJobs": ["actor"]},
-        "replicatedJobs": [
-            replicated_job(job, role, config, settings, owner)
-            for role, topo in config.roles.items() if topo.colocated_with is None
-        ],
+        # Done when every actor pod is: the other roles end when the controller rank tells them to.
+        "successPolicy": {"operator": "All", "targetReplicatedJobs": [g.name for g in groups if g.role == "actor"]},
+        "replicatedJobs": [replicated_job(job, group, config, settings, owner) for group in groups],
     }
     if scheduling.queue_name:
         meta["labels"][KUEUE_QUEUE_LABEL] = scheduling.queue_name

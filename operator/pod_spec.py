@@ -6,6 +6,7 @@ read-only root filesystem, and both see the job's engine config and cache at the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kuberl.engine.config import EngineConfig
@@ -15,7 +16,7 @@ from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TRAINER_CO
 from .api import GPU_RESOURCE, MASTER_PORT, RLJob, RoleName
 from .api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
 from .cluster_rules import checkpoint_mount
-from .children import CONFIG_FILE, JOBSET_RESTART_LABEL, LABEL_JOB, LABEL_ROLE, TRAINER_UID, OperatorSettings, Owner, child_name
+from .children import CONFIG_FILE, JOBSET_RESTART_LABEL, LABEL_CONTROLLER, LABEL_JOB, LABEL_ROLE, TRAINER_UID, OperatorSettings, Owner, child_name
 from .sandbox_address import sandbox_env
 
 SHM_VOLUME = f"{RESERVED_VOLUME_PREFIX}shm"
@@ -93,15 +94,50 @@ def master_addr(name: str, namespace: str) -> str:
     return f"{child_name(name, 'actor')}-0-0.{name}.{namespace}.svc"
 
 
-def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
-    """One role's pods, as a replicated job of the job's JobSet: one indexed Job of `replicas` pods."""
+ACTOR_PEERS = "actor-peers"
+"""The replicated job of the actor's pods after its first (where it has several)."""
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """One replicated job of the JobSet: `pods` pods of `role`, the first of them the role's pod `first`."""
+
+    name: str
+    role: RoleName
+    pods: int
+    first: int
+    controller: bool
+    """Holds the controller rank (global rank 0): the one pod that tracks and writes progress."""
+
+
+def pod_groups(job: RLJob, config: EngineConfig) -> list[PodGroup]:
+    """The replicated jobs of the roles with pods of their own. The actor's first pod is a replicated job
+    of its own: an indexed Job's pods share one template, and only the controller's pod may hold the
+    ServiceAccount token (it writes progress) and the tracking secrets."""
+    groups: list[PodGroup] = []
+    for role, topo in config.roles.items():
+        if topo.colocated_with is not None:
+            continue
+        replicas = job.spec.roles.pod_template(role).replicas or 1
+        if role == "actor":
+            groups.append(PodGroup("actor", role, 1, 0, controller=True))
+            if replicas > 1:
+                groups.append(PodGroup(ACTOR_PEERS, role, replicas - 1, 1, controller=False))
+        else:
+            groups.append(PodGroup(role, role, replicas, 0, controller=False))
+    return groups
+
+
+def replicated_job(job: RLJob, group: PodGroup, config: EngineConfig, settings: OperatorSettings, owner: Owner) -> dict[str, Any]:
+    """One group of a role's pods, as a replicated job of the job's JobSet: one indexed Job of its pods."""
     spec = job.spec
     name, namespace = owner.name, owner.namespace
+    role = group.role
     role_spec = spec.roles.pod_template(role)  # roles.rollout: the actor's pod settings, its own replicas and GPUs
     topo = config.roles[role]
     gpus = role_spec.gpus_per_replica or 0
-    replicas = role_spec.replicas or 1
-    labels = {LABEL_ROLE: role}
+    replicas = group.pods
+    labels = {LABEL_ROLE: role, **({LABEL_CONTROLLER: "true"} if group.controller else {})}
 
     resources = role_spec.resources.to_manifest() if role_spec.resources else {}
     resources = {k: dict(v) for k, v in resources.items() if v}
@@ -116,7 +152,8 @@ def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: O
         {"name": "KUBERL_ATTEMPT", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{JOBSET_RESTART_LABEL}']"}}},
         {"name": "KUBERL_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
         {"name": "KUBERL_PROGRESS_CONFIGMAP", "value": child_name(name, "progress")},
-        {"name": "KUBERL_ROLE_RANK_OFFSET", "value": str(topo.rank_offset)},
+        # A pod's first rank: the role's offset, past the pods of the role that come before this group.
+        {"name": "KUBERL_ROLE_RANK_OFFSET", "value": str(topo.rank_offset + group.first * topo.procs_per_pod)},
         {"name": "KUBERL_PROCS_PER_POD", "value": str(topo.procs_per_pod)},
         {"name": "WORLD_SIZE", "value": str(config.world_size)},
         {"name": "MASTER_ADDR", "value": master_addr(name, namespace)},
@@ -133,7 +170,7 @@ def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: O
     claim = cache_claim(job)
     if claim is not None:
         env += hub_env(offline=True) + hub_endpoint_env(job, settings)
-    if role == "actor":  # the controller rank, in the actor's first pod, is the only one that tracks
+    if group.controller:  # the controller rank, in the actor's first pod, is the only one that tracks
         for tracker in spec.monitoring.tracking:
             if tracker.secret is not None:
                 ref, variable = tracker.secret
@@ -172,10 +209,9 @@ def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: O
         "shareProcessNamespace": True,
         "subdomain": name,
         "serviceAccountName": spec.service_account_name or child_name(name, "trainer"),
-        # The token is what writes the progress ConfigMap, and only the controller rank (the actor's first pod)
-        # writes it: no other role's pods get one. The actor's other pods share their indexed Job's one
-        # template, so where the actor has several pods they carry it too (its rights: that one ConfigMap).
-        "automountServiceAccountToken": role == "actor",
+        # The token is what writes the progress ConfigMap, and only the controller rank (the actor's first pod,
+        # a replicated job of its own) writes it: no other pod gets one.
+        "automountServiceAccountToken": group.controller,
         "securityContext": POD_SECURITY,
         "containers": [container],
         "volumes": volumes,
@@ -212,7 +248,7 @@ def replicated_job(job: RLJob, role: RoleName, config: EngineConfig, settings: O
             "spec": pod_spec,
         },
     }
-    return {"name": role, "replicas": 1, "template": {"metadata": {"labels": {LABEL_JOB: name, **labels}}, "spec": job_spec}}
+    return {"name": group.name, "replicas": 1, "template": {"metadata": {"labels": {LABEL_JOB: name, **labels}}, "spec": job_spec}}
 
 
 def _trainer_volumes(job: RLJob, role: RoleName, settings: OperatorSettings) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -100,9 +100,13 @@ def test_a_conflict_creates_nothing_and_says_which_object_until_the_name_is_free
 
 def test_the_token_is_mounted_only_in_the_pods_of_the_controller_rank() -> None:
     pods = pod_templates(plan(ppo(), uid=UID, settings=SETTINGS))
-    assert set(pods) == {"actor", "critic", "initializer"}
+    assert set(pods) == {"actor", "actor-peers", "critic", "initializer"}  # the actor's 2 pods: the controller's, the other
     mounted = {name: t["spec"]["automountServiceAccountToken"] for name, t in pods.items()}
-    assert mounted == {"actor": True, "critic": False, "initializer": False}
+    assert mounted == {"actor": True, "actor-peers": False, "critic": False, "initializer": False}
+    # The tracking secrets follow the token: only the controller's pod tracks.
+    secrets = {name: [e["name"] for e in t["spec"]["containers"][0].get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
+               for name, t in pods.items()}
+    assert secrets["actor-peers"] == [] and secrets["critic"] == []
 
 
 # --- progress bounded before it enters the status ---------------------------------------------------

@@ -40,12 +40,17 @@ def jobs_of(desired) -> dict:
 
 def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
     desired = plan(example("ppo-cluster/rljob.yaml"), uid="u-1", settings=SETTINGS)
-    assert set(jobs_of(desired)) == {"actor", "critic"}  # ref is colocated: no pods of its own
+    # ref is colocated: no pods of its own. The actor's 2 pods: the controller's, then the other in "actor-peers".
+    assert set(jobs_of(desired)) == {"actor", "actor-peers", "critic"}
     actor = jobs_of(desired)["actor"]
-    assert actor["metadata"]["labels"][LABEL_ROLE] == "actor"
+    assert actor["metadata"]["labels"][LABEL_ROLE] == jobs_of(desired)["actor-peers"]["metadata"]["labels"][LABEL_ROLE] == "actor"
     assert desired.jobset["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     spec = actor["spec"]
-    assert (spec["completions"], spec["parallelism"], spec["backoffLimit"], spec["completionMode"]) == (2, 2, 0, "Indexed")
+    assert (spec["completions"], spec["parallelism"], spec["backoffLimit"], spec["completionMode"]) == (1, 1, 0, "Indexed")
+    peers = jobs_of(desired)["actor-peers"]["spec"]
+    assert (peers["completions"], peers["parallelism"]) == (1, 1)
+    peer_env = {e["name"]: e.get("value") for e in peers["template"]["spec"]["containers"][0]["env"]}
+    assert peer_env["KUBERL_ROLE_RANK_OFFSET"] == "8"  # the actor's second pod: ranks 8-15
     pod = spec["template"]["spec"]
     assert pod["nodeSelector"] == {"kuberl.dev/pool": "gpu-h100"}
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -107,7 +112,7 @@ def test_one_jobset_holds_every_role_with_pods_and_restarts_the_gang() -> None:
     assert js["kind"] == "JobSet" and js["metadata"]["name"] == "ppo-qwen-math"
     assert js["metadata"]["annotations"] == {"kuberl.dev/restarts-before": "2", "kuberl.dev/preemptions-before": "1"}
     spec = js["spec"]
-    assert [r["name"] for r in spec["replicatedJobs"]] == ["actor", "critic"]  # ref is colocated
+    assert [r["name"] for r in spec["replicatedJobs"]] == ["actor", "actor-peers", "critic"]  # ref is colocated
     # A failed pod fails its Job (backoffLimit 0) and JobSet recreates every Job: the backoffLimit left; unless a
     # rank exited 3 (a restart cannot help): its Job's podFailurePolicy fails it, and that fails the JobSet.
     assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate", "rules": [
@@ -119,7 +124,7 @@ def test_one_jobset_holds_every_role_with_pods_and_restarts_the_gang() -> None:
         [trainer] = job_spec["template"]["spec"]["containers"]
         assert trainer["name"] == "trainer" and trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert job_spec["template"]["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
-    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor"]}
+    assert spec["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor", "actor-peers"]}  # every actor pod
     assert spec["network"] == {"subdomain": "ppo-qwen-math", "enableDNSHostnames": True, "publishNotReadyAddresses": True}
     assert "suspend" not in spec  # no queue: the pods start as soon as they can be scheduled
     actor = spec["replicatedJobs"][0]["template"]["spec"]
@@ -160,8 +165,8 @@ def test_separate_placement_gives_the_rollout_role_pods_of_its_own_after_the_act
     assert (config.roles["rollout"].rank_offset, config.roles["rollout"].ranks, config.roles["rollout"].procs_per_pod) == (2, 2, 1)
     desired = plan(job, uid="u", settings=SETTINGS)
     js = desired.jobset["spec"]
-    assert [r["name"] for r in js["replicatedJobs"]] == ["actor", "rollout"]
-    assert js["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor"]}  # the controller stops the fleet
+    assert [r["name"] for r in js["replicatedJobs"]] == ["actor", "actor-peers", "rollout"]  # the actor: 2 pods of 1 rank
+    assert js["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["actor", "actor-peers"]}  # the controller stops the fleet
     rollout = jobs_of(desired)["rollout"]
     assert rollout["metadata"]["labels"] == {LABEL_JOB: "gen", LABEL_ROLE: "rollout"}
     spec = rollout["spec"]

@@ -158,8 +158,9 @@ def test_logs_picks_the_pod_of_a_rank_or_a_role(control_plane, operator, kubecon
     jobs = RLJobClient(kubeconfig=kubeconfig, namespace=ns)
     jobs.submit(small_job("talker"))
     jobs.wait("talker", "Running", timeout=60)
-    pods = {p.metadata.annotations["batch.kubernetes.io/job-completion-index"]: p.metadata.name
-            for p in live_pods(control_plane, ns, "talker")}
+    # Rank 0 is the actor's first pod (replicated job "actor"), rank 1 its second ("actor-peers").
+    by_host = {p.spec.hostname: p.metadata.name for p in live_pods(control_plane, ns, "talker")}
+    pods = {"0": by_host["talker-actor-0-0"], "1": by_host["talker-actor-peers-0-0"]}
     # kwok's kubelet serves no log: the error names the pod that rank 1 (the second actor pod) maps to.
     with pytest.raises(NotFoundError, match=f"^no log of pod {pods['1']} in namespace {ns}: "):
         list(jobs.logs("talker", rank=1))

@@ -63,8 +63,9 @@ def test_every_job_has_a_network_policy_over_its_pods(control_plane, operator) -
     assert peer.namespace_selector is None and peer.pod_selector.match_labels == {"kuberl.dev/job": "fenced"}
     assert (expression.key, expression.operator, expression.values) == ("kuberl.dev/role", "In", ["actor"])
     assert all(p.metadata.labels["kuberl.dev/role"] == "actor" for p in trainers)
-    # The token: mounted in the actor's pods (the controller rank writes progress), asked for by the plan.
-    assert all(p.spec.automount_service_account_token is True for p in trainers)
+    # The token: mounted only in the controller rank's pod (it writes progress), the one labelled so.
+    mounted = sorted((p.metadata.labels.get("kuberl.dev/controller", ""), p.spec.automount_service_account_token) for p in trainers)
+    assert mounted == [("", False), ("true", True)], mounted
 
 
 def test_a_name_taken_between_look_up_and_write_is_not_written_over(control_plane, operator) -> None:

@@ -100,8 +100,10 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     [jobset] = jobsets(plane, ns)
     assert jobset["metadata"]["ownerReferences"][0]["kind"] == "RLJob" and jobset["metadata"]["ownerReferences"][0]["controller"]
     jobs = {j.metadata.name: j for j in batch.list_namespaced_job(ns).items}
-    assert set(jobs) == {f"{name}-initializer", f"{name}-actor-0", f"{name}-critic-0"}
-    assert jobs[f"{name}-actor-0"].spec.parallelism == 2 and jobs[f"{name}-actor-0"].spec.completion_mode == "Indexed"
+    # The actor's first pod (the controller rank's: the only one with the ServiceAccount token) has a Job of its own.
+    assert set(jobs) == {f"{name}-initializer", f"{name}-actor-0", f"{name}-actor-peers-0", f"{name}-critic-0"}
+    assert jobs[f"{name}-actor-0"].spec.parallelism == 1 and jobs[f"{name}-actor-0"].spec.completion_mode == "Indexed"
+    assert jobs[f"{name}-actor-peers-0"].spec.parallelism == 1
     assert jobs[f"{name}-actor-0"].metadata.owner_references[0].kind == "JobSet"
 
     actor_pods, critic_pods = pods(plane, ns, "kuberl.dev/role=actor"), pods(plane, ns, "kuberl.dev/role=critic")
@@ -112,8 +114,10 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     env = {e.name: e.value for e in container.env}
     assert env["WORLD_SIZE"] == "24" and env["MASTER_ADDR"] == f"{name}-actor-0-0.{name}.{ns}.svc"
     # JobSet names each pod's host after its place, under the job's headless Service: rank 0 resolves there.
-    pod0 = next(p for p in actor_pods if p.metadata.labels["batch.kubernetes.io/job-completion-index"] == "0")
+    [pod0] = [p for p in actor_pods if p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] == "actor"]
     assert (pod0.spec.hostname, pod0.spec.subdomain) == (f"{name}-actor-0-0", name)
+    assert pod0.spec.automount_service_account_token is True
+    assert [p.spec.automount_service_account_token for p in actor_pods if p is not pod0] == [False]
     assert env["KUBERL_ROLE"] == "actor" and env["MASTER_PORT"] == "29500"
     assert env["HF_HUB_OFFLINE"] == "1" and "HF_TOKEN" not in env
     assert container.resources.limits["nvidia.com/gpu"] == "8"
@@ -225,10 +229,16 @@ def test_a_pod_gone_before_it_is_read_is_named_by_its_roles_job(control_plane, o
     core = client.CoreV1Api(plane.api_client())
     core.patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail",
                                                                                       "kuberl.dev/kwok-exit-code": "137"}}})
-    # Once its Job has counted it (kwok's deletion drops the Job controller's finalizer, which a kubelet would not):
+    # Once its Job has counted it (kwok's deletion drops the Job controller's finalizer, which a kubelet would not),
+    # or JobSet has already recreated the Jobs (the victim's Job, of one pod, failed at once):
     batch = client.BatchV1Api(plane.api_client())
-    eventually(lambda: any((j.status.failed or 0) > 0 for j in batch.list_namespaced_job(ns).items) or None, 30,
-               "the Job to count the failure")
+
+    def counted() -> bool:
+        if any((j.status.failed or 0) > 0 for j in batch.list_namespaced_job(ns).items):
+            return True
+        return victim.metadata.name not in {p.metadata.name for p in core.list_namespaced_pod(ns).items}
+
+    eventually(counted, 30, "the Job to count the failure")
     try:
         core.delete_namespaced_pod(victim.metadata.name, ns, grace_period_seconds=0)
     except ApiException as exc:  # JobSet's restart may have removed it already
@@ -238,7 +248,7 @@ def test_a_pod_gone_before_it_is_read_is_named_by_its_roles_job(control_plane, o
     assert (kept["attempt"], kept["role"]) == (0, "actor"), kept
     events = core.list_namespaced_event(ns, field_selector="involvedObject.name=lost").items
     restart = [e.message for e in events if e.reason == "GangRestart"]
-    assert restart and ("a pod of role actor failed (its Job lost-actor-0" in restart[0]
+    assert restart and ("a pod of role actor failed (its Job lost-actor-peers-0" in restart[0]
                         or f"pod {victim.metadata.name} (role actor) failed" in restart[0]), restart
 
 
@@ -470,7 +480,8 @@ def test_operator_killed_mid_reconcile_converges_without_duplicates(control_plan
     for name in names:
         selector = f"kuberl.dev/job={name}"
         assert len([j for j in jobsets(plane, ns) if j["metadata"]["name"] == name]) == 1
-        assert len(batch.list_namespaced_job(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items) == 1
+        # The actor's two pods: its first (the controller's) and the other, a Job each.
+        assert len(batch.list_namespaced_job(ns, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}").items) == 2
         assert len(core.list_namespaced_service(ns, label_selector=selector).items) == 1
         assert len(live_pods(plane, ns, name)) == 2
         assert status(plane, ns, name)["restarts"] == 0

@@ -89,9 +89,11 @@ def test_logs_follow_a_real_pod_and_pick_ranks_and_roles(real_node, operator_rel
     assert example.returncode == 0, example_err[-3000:]
     assert f"submitted {name}\n" in example_out and f"done: {STEPS} steps" in example_out, example_out[-3000:]
     assert f"{name}: Succeeded at step {STEPS}/{STEPS} (100%)\n" in example_out, example_out[-3000:]
-    # What kubectl logs shows of each pod: the ground truth. Rank 0 is the first actor pod's (completion index 0).
+    # What kubectl logs shows of each pod: the ground truth. Rank 0 is the actor's first pod (hostname <job>-actor-0-0),
+    # rank 1 its second (<job>-actor-peers-0-0).
     pods = json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", f"kuberl.dev/job={name}", "-o", "json").stdout)["items"]
-    truth = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]:
+    rank_of = {f"{name}-actor-0-0": "0", f"{name}-actor-peers-0-0": "1"}
+    truth = {rank_of[p["spec"]["hostname"]]:
              (p["metadata"]["name"], node.plane.kubectl("logs", p["metadata"]["name"], "-n", ns).stdout.splitlines()) for p in pods}
     assert sorted(truth) == ["0", "1"] and truth["0"][1] != truth["1"][1]
     lines = [line for _, line in followed]

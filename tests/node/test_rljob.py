@@ -300,9 +300,9 @@ def _container_pid(node, pod: dict) -> int:
 
 
 def _actor_pod(job: Job, index: int) -> dict:
-    return next(p for p in job.pods() if p["metadata"]["labels"]["kuberl.dev/role"] == "actor"
-                and p["metadata"]["annotations"].get("batch.kubernetes.io/job-completion-index") == str(index)
-                and p["status"].get("phase") == "Running")
+    """The running actor pod `index` (0: the controller rank's, replicated job "actor"; 1: "actor-peers")."""
+    host = f"{job.name}-actor-0-0" if index == 0 else f"{job.name}-actor-peers-0-{index - 1}"
+    return next(p for p in job.pods() if p["spec"].get("hostname") == host and p["status"].get("phase") == "Running")
 
 
 # One job goes through every fault in turn (the tests below run in this order and share it): each
