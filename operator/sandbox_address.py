@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kuberl.engine.config.multi_turn import MultiTurnSpec
+from kuberl.engine.config.multi_turn import SANDBOX_QUEUE_ENV, MultiTurnSpec
 
 from .api import RLJob
 from .children import child_name
@@ -41,7 +41,11 @@ def sandbox_url(job_name: str, namespace: str) -> str:
 
 
 def sandbox_env(job: RLJob, namespace: str) -> list[dict[str, Any]]:
-    """The trainer pods' variable that sends their tool calls to the sandbox pods (none without them)."""
+    """The trainer pods' variables that send their tool calls to the sandbox pods, and how long a call waits for
+    a free one (none without them)."""
     if not wants_sandbox_pods(job):
         return []
-    return [{"name": SANDBOX_URL_ENV, "value": sandbox_url(job.metadata.name or "", namespace)}]
+    spec = multi_turn(job)
+    assert spec is not None
+    return [{"name": SANDBOX_URL_ENV, "value": sandbox_url(job.metadata.name or "", namespace)},
+            {"name": SANDBOX_QUEUE_ENV, "value": str(spec.sandbox.queue_seconds)}]

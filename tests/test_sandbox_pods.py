@@ -224,3 +224,23 @@ def test_bad_egress_is_refused_naming_the_field(egress: list[dict[str, Any]], fi
     with pytest.raises(ManifestError) as refused:
         job(sandbox={"egress": egress})
     assert f"sandbox.{field}" in str(refused.value) and words in str(refused.value)
+
+
+def test_the_jobs_queue_seconds_reach_the_trainers_pod_backend(monkeypatch) -> None:
+    """sandbox.queueSeconds crosses from the plan (the trainer pods' env) to the engine's pod backend, which
+    gives up on a busy fleet after it; a value the operator could not have written is refused by name."""
+    from kuberl.engine.agents.sandbox_pod import QUEUE_SECONDS, PodBackend
+
+    j = job(sandbox={"queueSeconds": 7})
+    [actor] = [r for r in plan(j, uid=UID, settings=SETTINGS).jobset["spec"]["replicatedJobs"] if r["name"] == "actor"]
+    env = {e["name"]: e["value"] for e in actor["template"]["spec"]["template"]["spec"]["containers"][0]["env"] if "value" in e}
+    for name in (SANDBOX_URL_ENV, "KUBERL_SANDBOX_QUEUE_SECONDS"):
+        monkeypatch.setenv(name, env[name])
+    backend = PodBackend()
+    assert backend.queue_seconds == 7.0 and backend.url == env[SANDBOX_URL_ENV]
+    monkeypatch.delenv("KUBERL_SANDBOX_QUEUE_SECONDS")
+    assert PodBackend().queue_seconds == QUEUE_SECONDS == job().spec.rollout.multi_turn.sandbox.queue_seconds
+    for bad in ("0", "-3", "nan", "1e9", "soon"):
+        monkeypatch.setenv("KUBERL_SANDBOX_QUEUE_SECONDS", bad)
+        with pytest.raises(ValueError, match="KUBERL_SANDBOX_QUEUE_SECONDS=.*a number of seconds in"):
+            PodBackend()

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
+from ..config.multi_turn import SANDBOX_QUEUE_ENV
+
 from .sandbox import Launch, Limits, Outcome, SandboxBackend, register_sandbox_backend
 from .sandbox_protocol import CALL_PATH, MAX_REQUEST_BYTES, READY_PATH, SANDBOX_URL_ENV, CallReply, CallRequest, WireLimits, WireRequest, reply_limit
 
@@ -30,7 +32,8 @@ MARGIN_SECONDS = 30.0
 CONNECT_SECONDS = 5.0
 """A pod that does not accept a connection within this is passed over (a stale address, a full node)."""
 QUEUE_SECONDS = 300.0
-"""How long a call waits for a free sandbox pod (all busy, or none ready yet)."""
+"""How long a call waits for a free sandbox pod (all busy, or none ready yet), unless the job's
+sandbox.queueSeconds says otherwise (SANDBOX_QUEUE_ENV, set by the operator)."""
 READY_SECONDS = 600.0
 """How long the run's start waits for the sandbox pods to be ready (scheduling, the image's pull)."""
 
@@ -43,11 +46,13 @@ class PodBackend(SandboxBackend):
     name = "pod"
     isolated = True
 
-    def __init__(self, url: str | None = None, queue_seconds: float = QUEUE_SECONDS, ready_seconds: float = READY_SECONDS):
+    def __init__(self, url: str | None = None, queue_seconds: float | None = None, ready_seconds: float = READY_SECONDS):
         self.url = url or os.environ.get(SANDBOX_URL_ENV, "")
         parts = urlsplit(self.url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"{SANDBOX_URL_ENV}={self.url!r}: the sandbox pods' address is http://<host>:<port>")
+        if queue_seconds is None:
+            queue_seconds = _queue_seconds(os.environ.get(SANDBOX_QUEUE_ENV))
         self.host, self.port = parts.hostname, parts.port or 80
         self.queue_seconds, self.ready_seconds = queue_seconds, ready_seconds
 
@@ -155,6 +160,19 @@ class PodBackend(SandboxBackend):
 
     def probe(self) -> str | None:
         return self.ready() or super().probe()
+
+
+def _queue_seconds(text: str | None) -> float:
+    """The wait for a free pod that the operator set (sandbox.queueSeconds), else QUEUE_SECONDS."""
+    if text is None:
+        return QUEUE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= 3600:
+        raise ValueError(f"{SANDBOX_QUEUE_ENV}={text!r}: the wait for a free sandbox pod is a number of seconds in (0, 3600]")
+    return seconds
 
 
 def _message(raw: bytes) -> str:

@@ -20,6 +20,8 @@ CODE_TOOLS = ("python",)
 # own address, which they refuse (its kubelet).
 TOOL_NETWORKS_ENV = "KUBERL_TOOL_ALLOWED_NETWORKS"
 NODE_IP_ENV = "KUBERL_NODE_IP"
+SANDBOX_QUEUE_ENV = "KUBERL_SANDBOX_QUEUE_SECONDS"
+"""How long a trainer's tool call waits for a free sandbox pod: the job's sandbox.queueSeconds, set by the operator."""
 """The built-ins whose calls run code (in the tool sandbox), as functions of a file do."""
 
 _NAME = pattern(r"^[A-Za-z_][A-Za-z0-9_-]*$", "a tool name: letters, digits, '_' and '-', not starting with a digit or '-'")
@@ -187,6 +189,10 @@ class ToolSandboxSpec(SpecModel):
     with allowUnisolatedTools."""
     replicas: int = Field(default=2, ge=1, le=256)
     """Sandbox pods; each runs one call at a time (a call waits for a free one)."""
+    queue_seconds: int = Field(default=300, ge=1, le=3600)
+    """How long a call waits for a free sandbox pod (all busy, or none ready yet); past it, the call
+    fails with an error message the model reads and the run goes on. The tool's timeoutSeconds starts
+    when a pod takes the call, so a call can take up to queueSeconds plus timeoutSeconds."""
     runtime_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=_SUBDOMAIN)
     """The sandbox pods' RuntimeClass, e.g. gVisor's (one the chart allows: admission.allowedRuntimeClasses)."""
     cpu: str = Field(default="500m", min_length=1, max_length=32, pattern=_QUANTITY)
