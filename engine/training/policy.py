@@ -237,8 +237,33 @@ class MegatronLM:
 
     def micro_batches(self, batch: SeqBatch, micro_batch_size: int) -> list[SeqBatch]:
         if self.micro_batch_tokens is None:
-            return micro_batches(batch, micro_batch_size)
-        return token_micro_batches(batch, self.micro_batch_tokens, self.share_prefix, self.span)
+            mbs = micro_batches(batch, micro_batch_size)
+        else:
+            mbs = token_micro_batches(batch, self.micro_batch_tokens, self.share_prefix, self.span) if len(batch) or self.place.ep == 1 else []
+        return self._as_many_as_the_expert_group(batch, mbs)
+
+    def _as_many_as_the_expert_group(self, batch: SeqBatch, mbs: list[SeqBatch]) -> list[SeqBatch]:
+        """Under expert parallelism each forward's (and backward's) token dispatch is a collective of the ep group,
+        whose ranks are data-parallel ranks with rows of their own: every one of them must run as many micro-batches.
+        Rows split evenly over dp give as many by count, but not under a token budget: a rank with fewer halves its
+        largest micro-batches (each stays within the budget; the totals divide by their number)."""
+        if self.place.ep == 1:
+            return mbs
+        from megatron.core import parallel_state as ps
+
+        count = torch.tensor([len(mbs)], dtype=torch.int64, device=self.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=ps.get_expert_model_parallel_group())
+        wanted = int(count.item())
+        mbs = list(mbs)
+        while len(mbs) < wanted:
+            largest = max(range(len(mbs)), key=lambda i: len(mbs[i]), default=None)
+            if largest is None or len(mbs[largest]) < 2:
+                raise RuntimeError(f"expert parallelism (ep={self.place.ep}) runs every micro-batch on all the ranks of "
+                                   f"an ep group: another rank has {wanted} micro-batches and this one only {len(batch)} "
+                                   "rows; give each data-parallel rank more rows per update, or use ep=1")
+            mb, half = mbs[largest], len(mbs[largest]) // 2
+            mbs[largest:largest + 1] = [mb.select(slice(0, half)), mb.select(slice(half, len(mb)))]
+        return mbs
 
     def model_inputs(self, batches: list[SeqBatch]) -> list[ModelInputs]:
         """The micro-batches in this model's layout; under a pipeline all of one shape (the longest)."""
@@ -318,7 +343,7 @@ class MegatronLM:
         from megatron.core import parallel_state as ps
 
         mine = batch.select(self.dp_shard(batch))
-        mbs = self.micro_batches(mine, micro_batch_size) if len(mine) else []
+        mbs = self.micro_batches(mine, micro_batch_size) if len(mine) or self.place.ep > 1 else []
         if mbs and self.place.pp > 1:  # every pipeline micro-batch has the same shape
             mbs[-1] = pad_rows(mbs[-1], micro_batch_size)
         parts = compute(mbs)

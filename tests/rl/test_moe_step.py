@@ -2,6 +2,10 @@
 with each rank holding 2 of the 4 experts of every layer (attention data-parallel over both), the switch gathers the
 other rank's experts into each rank's vLLM, and the router's load-balancing loss is reported.
 
+The micro-batches are packed under a token budget, so the two data-parallel ranks' rows (of different lengths) make
+different numbers of them. Each forward's token dispatch is a collective of the ep group: the rank with fewer halves
+its largest until it has as many (MegatronLM._as_many_as_the_expert_group); without that the step would hang.
+
 tp=2 stays refused for a mixture of experts (tests/rl/test_family_steps.py says why and shows it).
 """
 
@@ -15,8 +19,7 @@ import pytest
 
 from kuberl.engine.models.arch import LlamaArch
 
-from .conftest import kuberl_run
-from .test_family_steps import one_step_job
+from .conftest import kuberl_run, manifest
 
 pytestmark = pytest.mark.slow
 
@@ -25,8 +28,13 @@ def test_grpo_step_with_expert_parallelism(kuberl_cli: str, tmp_path: Path) -> N
     from safetensors.torch import load_file
 
     from kuberl.engine.hybrid.plan import is_expert, moe_switch_bytes, transfer_units
+    from kuberl.engine.models.tiny import make_tiny_model
 
-    model, job, run = one_step_job("qwen3_moe", tmp_path, layout={"dp": 2, "ep": 2})
+    model = make_tiny_model(tmp_path / "model", family="qwen3_moe")
+    run = tmp_path / "run"
+    job = manifest(tmp_path / "job.yaml", model, run, name="tiny-qwen3-moe-ep", roles={}, layout={"dp": 2, "ep": 2},
+                   steps=1, samples=4, promptsPerStep=2, microBatchSize=4, sequencePacking=True, microBatchTokens=40,
+                   reward={"rules": [{"name": "format", "args": {"pattern": r".*\d.*"}}]})
     result = kuberl_run(kuberl_cli, job, run, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
