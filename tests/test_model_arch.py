@@ -119,6 +119,7 @@ def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path
 
 
 def test_a_job_names_a_mixture_of_experts_model_with_its_expert_layout() -> None:
+    from kuberl.engine.config.lora import LoRASpec
     from kuberl.engine.config.topology import EngineConfig
     from kuberl.engine.models.support import check_model
 
@@ -137,6 +138,10 @@ def test_a_job_names_a_mixture_of_experts_model_with_its_expert_layout() -> None
         check_model(moe, config({"dp": 16, "ep": 16}, 16))
     with pytest.raises(UnsupportedModel, match="roles.actor.layout: tp=2 is not supported for mixture-of-experts"):
         check_model(moe, config({"tp": 2}, 2))
+    lora = config({"dp": 1}).model_copy(update={"trainer": config({"dp": 1}).trainer.model_copy(
+        update={"lora": LoRASpec(rank=8)})})
+    with pytest.raises(UnsupportedModel, match="trainer.lora: LoRA on a mixture-of-experts model is not supported yet"):
+        check_model(moe, lora)
     assert check_model(QWEN3_06B, config({"dp": 1})).qk_norm  # a dense Qwen3 passes
     with pytest.raises(UnsupportedModel, match="ep=2: expert parallelism needs a mixture-of-experts model"):
         check_model(QWEN3_06B, config({"dp": 2, "ep": 2}, 2))

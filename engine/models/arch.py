@@ -106,6 +106,10 @@ class LlamaArch:
             **decided,
         )
 
+    LORA_ON_EXPERTS = ("LoRA on a mixture-of-experts model is not supported yet: the adapters are built for a dense "
+                       "MLP's linear_fc1/linear_fc2 and the attention, not for the experts (engine/training/lora.py)")
+    """Why a job cannot train LoRA adapters on a mixture of experts."""
+
     def check_layout(self, tp: int, pp: int, ep: int = 1) -> None:
         """Raise if tensor, pipeline or expert parallelism cannot split this model evenly."""
         problems = []

@@ -37,6 +37,8 @@ def check_model(hf_config: Mapping[str, Any], config: EngineConfig) -> LlamaArch
     if family.job_refusal is not None:
         kind = "a mixture-of-experts model" if family.is_moe else f"a {family.name} model"
         raise UnsupportedModel(f"{hf_config.get('model_type')} is {kind}: {family.job_refusal}")
+    if arch.is_moe and config.trainer.lora is not None:
+        raise UnsupportedModel(f"trainer.lora: {arch.LORA_ON_EXPERTS}")
     for role, topo in config.roles.items():
         if role == "reward":  # a reward model is a model of its own (reward.model), read where it is loaded
             continue

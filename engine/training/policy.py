@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..config.lora import LoRASpec
 from ..config.trainer import OptimizerSpec
-from ..models.arch import LlamaArch
+from ..models.arch import LlamaArch, UnsupportedModel
 from ..models.convert import hf_to_megatron
 from .lora import Adapters, attach, is_adapter_name
 from .megatron_model import build_gpt_model
@@ -135,6 +135,8 @@ class MegatronLM:
             finalize_model_grads,
         )
 
+        if lora is not None and arch.is_moe:
+            raise UnsupportedModel(f"trainer.lora: {arch.LORA_ON_EXPERTS}")
         self.arch, self.place, self.value_head = arch, model_place(), value_head
         self.packed, self.share_prefix, self.pad_id = packed, share_prefix and packed, pad_id
         self.micro_batch_tokens = micro_batch_tokens if packed else None
