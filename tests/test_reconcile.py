@@ -307,3 +307,29 @@ def test_a_pod_that_is_gone_is_named_by_its_roles_job_not_the_peers_stopped_afte
     # A pod that failed by itself, still there, is named before any Job.
     observed.pods.append(pod(1, phase="Failed", exit_code=1))
     assert "pod dpo-smollm2-actor-0-1-x (role actor) failed" in decide(demo(phase="Running"), observed, NOW).message
+
+
+def test_a_pod_killed_outright_is_named_not_the_peer_its_loss_took_down() -> None:
+    # The critic's pod was force-deleted (its container SIGKILLed: exit 137, still seen); the actor's rank then
+    # failed on the lost link (exit 1, reason PeerLost in its report) and the ref's was stopped (exit 143).
+    lost = TrainerFailure(reason="PeerLost", retryable=True, role="actor", rank=0,
+                          message="RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.7]:36777")
+    actor = pod(0, phase="Failed", exit_code=1, message=lost.to_json())
+    critic = pod(0, role="critic", phase="Failed", exit_code=137)
+    ref = pod(0, role="ref", phase="Failed", exit_code=143)
+    observed = Observed(jobsets=[jobset(restarts=1)], pods=[actor, ref, critic, pod(0, restart=1, ready=False)])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert "pod dpo-smollm2-critic-0-0-x (role critic) failed" in d.message, d.message
+    [kept] = d.status.failures
+    assert (kept.pod, kept.role, kept.exit_code) == ("dpo-smollm2-critic-0-0-x", "critic", 137)
+    # Gone at once (no pod to read): its role's Job is named, not the Job of the actor whose rank its loss took down,
+    # although the actor's Job was made first and failed too.
+    for p, role in ((actor, "actor"), (ref, "ref")):
+        p["metadata"]["labels"]["batch.kubernetes.io/job-name"] = f"dpo-smollm2-{role}-0"
+    gone = Observed(jobsets=[jobset(restarts=1)], pods=[actor, ref, pod(0, restart=1, ready=False)],
+                    trainer_jobs=[job_of("actor"), job_of("ref"), job_of("critic")])
+    d = decide(demo(phase="Running"), gone, NOW)
+    assert "a pod of role critic failed (its Job dpo-smollm2-critic-0" in d.message, d.message
+    # A rank that failed by itself still comes before one killed outright.
+    observed.pods.append(pod(1, phase="Failed", exit_code=2))
+    assert "pod dpo-smollm2-actor-0-1-x (role actor) failed" in decide(demo(phase="Running"), observed, NOW).message

@@ -42,11 +42,72 @@ def test_errors_a_restart_cannot_mend_fail_at_once_with_their_reason(error: Exce
     assert isinstance(error, NotRetryable) and isinstance(error, (ValueError, RuntimeError, FileNotFoundError))  # callers' excepts hold
 
 
-@pytest.mark.parametrize("error", [RuntimeError("Connection reset by peer"), TimeoutError("collective timed out"),
-                                   MemoryError(), OSError(5, "Input/output error"), ValueError("nan in the loss")])
+@pytest.mark.parametrize("error", [TimeoutError("collective timed out"), MemoryError(), OSError(5, "Input/output error"),
+                                   ValueError("nan in the loss")])
 def test_everything_else_restarts_the_gang(error: Exception) -> None:
     failure = failure_of(error, "critic", 0)
     assert failure.retryable and failure.reason == "Error" and exit_code_of(failure) == 1
+
+
+class DistNetworkError(RuntimeError):
+    """Named as torch.distributed's: the classification reads class names (the config layer has no torch)."""
+
+
+def _raised_from(cause: BaseException) -> RuntimeError:
+    try:
+        raise RuntimeError("the step failed") from cause
+    except RuntimeError as exc:
+        return exc
+
+
+@pytest.mark.parametrize("error", [
+    RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.7]:36777"),
+    RuntimeError("Connection reset by peer"), DistNetworkError("failed to recv, got 0 bytes"),
+    _raised_from(OSError(32, "Broken pipe")),
+])
+def test_a_rank_taken_down_by_a_lost_peer_says_so_and_restarts_the_gang(error: Exception) -> None:
+    failure = failure_of(error, "actor", 0)
+    assert (failure.reason, failure.retryable, exit_code_of(failure)) == ("PeerLost", True, 1)
+
+
+def _lose_a_peer(rank: int, port: int, said) -> None:
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.all_reduce(torch.ones(8))
+    if rank == 1:
+        os._exit(9)  # the peer goes, as a force-deleted pod's rank does
+    time.sleep(0.5)
+    try:
+        for _ in range(3):
+            dist.all_reduce(torch.ones(8))
+        said.put("no error")
+    except Exception as exc:  # noqa: BLE001 - what the worker would report
+        said.put(failure_of(exc, "actor", 0).reason)
+
+
+def test_a_real_gloo_peer_loss_is_classified_peer_lost() -> None:
+    import multiprocessing
+
+    from kuberl.operator.ports import free_port
+
+    context = multiprocessing.get_context("fork")  # the target is a function of this test module
+    said = context.Queue()
+    port = free_port()
+    ranks = [context.Process(target=_lose_a_peer, args=(rank, port, said)) for rank in (0, 1)]
+    for process in ranks:
+        process.start()
+    try:
+        assert said.get(timeout=120) == "PeerLost"
+    finally:
+        for process in ranks:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
 
 
 def test_an_unsupported_model_is_refused_as_such() -> None:

@@ -24,6 +24,14 @@ TRAINER_CONTAINER = "trainer"
 MESSAGE_LIMIT = 2048
 RETRIED_REASON = "Error"
 """The reason of a failure not known to be permanent: the gang restarts from its last checkpoint."""
+PEER_LOST_REASON = "PeerLost"
+"""The reason of a rank that failed because a peer went (its collective or the rendezvous store lost the
+link): retried like any other, but the operator blames the pod that went, not this one."""
+_PEER_LOST_CLASSES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError"})
+"""torch.distributed's errors of a lost backend, network or store (named: this layer does not import torch)."""
+_PEER_LOST_TEXT = ("connection closed by peer", "connection reset by peer", "broken pipe", "remote process exited",
+                   "communicator was aborted")
+"""What gloo's and NCCL's transports say when the other end went (gloo raises a plain RuntimeError)."""
 
 
 class NotRetryable(Exception):
@@ -58,14 +66,30 @@ class TrainerFailure(SpecModel):
             report = report.model_copy(update={"message": report.message[: len(report.message) * 3 // 4] + "…"})
 
 
+def peer_lost(exc: BaseException) -> bool:
+    """Whether `exc`, or an error it was raised from, is a collective's or the store's lost link: a peer went."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(c.__name__ in _PEER_LOST_CLASSES for c in type(current).__mro__):
+            return True
+        text = str(current).lower()
+        if any(words in text for words in _PEER_LOST_TEXT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def failure_of(exc: BaseException, role: str, rank: int) -> TrainerFailure:
-    """The report of `exc`: not retryable when its class is a NotRetryable."""
+    """The report of `exc`: not retryable when its class is a NotRetryable; PeerLost when a peer's loss caused it."""
     message = f"{type(exc).__name__}: {exc}"
     if len(message) > MESSAGE_LIMIT:
         message = message[: MESSAGE_LIMIT - 1] + "…"
     if isinstance(exc, NotRetryable):
         return TrainerFailure(reason=type(exc).reason, retryable=False, message=message, role=role, rank=rank)
-    return TrainerFailure(reason=RETRIED_REASON, retryable=True, message=message, role=role, rank=rank)
+    reason = PEER_LOST_REASON if peer_lost(exc) else RETRIED_REASON
+    return TrainerFailure(reason=reason, retryable=True, message=message, role=role, rank=rank)
 
 
 def exit_code_of(failure: TrainerFailure) -> int:

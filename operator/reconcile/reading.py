@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TrainerFailure, read_failure
+from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, PEER_LOST_REASON, TrainerFailure, read_failure
 
 from ..api import MetricsSnapshot, RLJobStatus, RoleStatus
 from ..api.status import MAX_FAILURES, AttemptFailure, progress_percent
 from ..children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
 from .progress_bounds import check_report
+
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+"""The Job controller's label on each of its pods: the Job's name."""
 
 
 def name(obj: dict[str, Any]) -> str:
@@ -100,21 +103,34 @@ def _exit_code(pod: dict[str, Any]) -> int | None:
     return ended[1].get("exitCode") if ended else None
 
 
+SIGKILL_EXIT_CODE = 128 + 9
+
+
 def _blame_order(pod: dict[str, Any]) -> tuple[int, str]:
-    """Which failed pod started it: one whose rank said a restart cannot help, then one that failed by itself,
-    then one stopped by a signal (exit 128 + n: its peers' loss made the Job controller stop it), then the rest."""
+    """Which failed pod started it: one whose rank said a restart cannot help; then one that failed by itself
+    (an error of its own, out of memory); then one killed outright (SIGKILL: force-deleted, its node or runtime
+    killed it); then one whose rank said a peer's loss made it fail (PeerLost); then one stopped by another
+    signal (exit 128 + n: the Job controller stopped it after a peer's loss); then the rest."""
     code = _exit_code(pod)
     if code == NOT_RETRYABLE_EXIT_CODE:
         return 0, name(pod)
     ended = _terminated(pod)
-    if code is not None and (0 < code < 128 or (ended is not None and ended[1].get("reason") == "OOMKilled")):
+    if ended is not None and ended[1].get("reason") == "OOMKilled":
         return 1, name(pod)
-    return (2 if code is not None else 3), name(pod)
+    report = trainer_failure(pod)
+    if report is not None and report.reason == PEER_LOST_REASON:
+        return 3, name(pod)
+    if code is not None and 0 < code < 128:
+        return 1, name(pod)
+    if code == SIGKILL_EXIT_CODE:
+        return 2, name(pod)
+    return (4 if code is not None else 5), name(pod)
 
 
-def _failed_by_itself(pod: dict[str, Any]) -> bool:
-    """Not stopped by the Job controller after a peer's loss: a rank that said a restart cannot help, or that failed."""
-    return _blame_order(pod)[0] <= 1
+def _started_it(pod: dict[str, Any]) -> bool:
+    """Its own end started the failure: it said a restart cannot help, failed by itself or was killed outright;
+    not a rank that a peer's loss took down, nor one the Job controller stopped after it."""
+    return _blame_order(pod)[0] <= 2
 
 
 def _failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,9 +151,9 @@ def failed_pod(pods: list[dict[str, Any]], trainer_jobs: Sequence[dict[str, Any]
     its node lost) is found through its role's Job, which JobSet's restart has not yet removed: that is preferred
     to a pod that the Job controller only stopped after it."""
     failed = _failed(pods)
-    if failed and _failed_by_itself(failed[0]):
+    if failed and _started_it(failed[0]):
         return _pod_sentence(failed[0])
-    lost = failed_role_job(trainer_jobs)
+    lost = failed_role_job(trainer_jobs, pods)
     if lost is not None:
         role, said = lost
         return f"a pod of role {role} failed ({said})"
@@ -150,10 +166,12 @@ def _pod_sentence(pod: dict[str, Any]) -> str:
     return f"pod {name(pod)} (role {role}) failed" + (f": {reason}" if reason else "")
 
 
-def failed_role_job(trainer_jobs: Sequence[dict[str, Any]]) -> tuple[str, str] | None:
-    """(role, what its Job says) of the first of the JobSet's Jobs that failed (a failed pod fails its Job at once:
-    the Job keeps the record when the pod itself is gone)."""
-    for job in sorted(trainer_jobs, key=lambda j: j["metadata"].get("creationTimestamp", "")):
+def failed_role_job(trainer_jobs: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]] = ()) -> tuple[str, str] | None:
+    """(role, what its Job says) of a JobSet's Job that failed (a failed pod fails its Job at once: the Job keeps
+    the record when the pod itself is gone). A Job whose failed pod is gone comes first: one whose failed pod is
+    still here, and did not start the failure, failed after it."""
+    here = {p["metadata"].get("labels", {}).get(JOB_NAME_LABEL) for p in pods if p.get("status", {}).get("phase") == "Failed"}
+    for job in sorted(trainer_jobs, key=lambda j: (name(j) in here, j["metadata"].get("creationTimestamp", ""))):
         failed = condition(job, "Failed")
         if failed is not None:
             role = job["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
@@ -172,8 +190,8 @@ def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict
     attempt_pods = [p for p in pods if p["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
     failed = _failed(attempt_pods)
     attempt_jobs = [j for j in trainer_jobs if j["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL) == label]
-    lost = failed_role_job(attempt_jobs)
-    if lost is not None and not (failed and _failed_by_itself(failed[0])):
+    lost = failed_role_job(attempt_jobs, attempt_pods)
+    if lost is not None and not (failed and _started_it(failed[0])):
         role, job_says = lost  # no pod that failed by itself is left to read: its role's Job says what happened
         status.failures = [*status.failures, AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost",
                                                             message=job_says[:4096])][-MAX_FAILURES:]

@@ -325,7 +325,8 @@ def test_a_deleted_operator_pod_is_replaced_and_the_job_goes_on(real_node, gaunt
     gauntlet.wait_for_step(step + 1)  # the new operator reports progress again
     assert gauntlet.status().get("restarts", 0) == 0
     jobs = kubectl_json(real_node, "get", "jobs", "-n", gauntlet.namespace)["items"]
-    assert sorted(j["metadata"]["name"] for j in jobs) == [f"{gauntlet.name}-actor-0", f"{gauntlet.name}-ref-0"]  # no duplicates
+    names = sorted(j["metadata"]["name"] for j in jobs)
+    assert names == [f"{gauntlet.name}-actor-0", f"{gauntlet.name}-actor-peers-0", f"{gauntlet.name}-ref-0"]  # no duplicates
     assert len(kubectl_json(real_node, "get", "jobsets", "-n", gauntlet.namespace)["items"]) == 1
 
 
@@ -362,6 +363,7 @@ def test_a_killed_container_restarts_the_gang_from_the_last_checkpoint(real_node
     # tenths of a second: the container is found first and the records are polled every 10 ms
     # (polling every 0.3 s and looking the container up after the step let the kill land after the
     # next checkpoint, and the test failed once in CI).
+    victim_pod = _actor_pod(gauntlet, 1)["metadata"]["name"]
     victim = _container_pid(real_node, _actor_pod(gauntlet, 1))
     deadline = time.monotonic() + 600
     while last_step() < target:
@@ -370,6 +372,16 @@ def test_a_killed_container_restarts_the_gang_from_the_last_checkpoint(real_node
     os.kill(victim, signal.SIGKILL)
     before = len(gauntlet.volume.records())
     gauntlet.wait_for(lambda: gauntlet.status().get("restarts") == 2, 300, "a second gang restart")
+    # The killed pod is the one blamed, not the controller's rank that failed on the lost link after it (PeerLost):
+    # by its name, or by its Job's where JobSet's restart took the pod before the operator read it.
+    failures = {f["attempt"]: f for f in gauntlet.status().get("failures", [])}
+    blamed = failures[1]
+    if blamed.get("pod"):
+        assert (blamed["pod"], blamed.get("exitCode")) == (victim_pod, 137), failures
+        events = kubectl_json(real_node, "get", "events", "-n", gauntlet.namespace, "--field-selector", "reason=GangRestart")["items"]
+        assert any(victim_pod in e["message"] for e in events), [e["message"] for e in events]
+    else:
+        assert blamed.get("reason") == "PodLost" and f"its Job {gauntlet.name}-actor-peers-0" in blamed.get("message", ""), failures
     resumed_from = max(complete_steps(gauntlet.volume.host))
     gauntlet.wait_for(lambda: len(gauntlet.volume.records()) > before + 1, 600, "two steps after the restart")
     steps = [r["step"] for r in gauntlet.volume.records()]
