@@ -41,7 +41,7 @@ def render(helm, *args: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-@pytest.mark.parametrize("options", [[], EVERY_OPTION], ids=["defaults", "every-option"])
+@pytest.mark.parametrize("options", [[], EVERY_OPTION, ["--set", "jobset.install=true"]], ids=["defaults", "every-option", "jobset-install"])
 def test_helm_lint_is_clean(helm, options: list[str]) -> None:
     result = helm("lint", str(CHART), "--kube-version", KUBE_VERSION, *IMAGES, *options)
     assert "0 chart(s) failed" in result.stdout
@@ -56,6 +56,35 @@ def test_the_chart_asks_for_the_images_the_user_pushed(helm) -> None:
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--default-image=registry.example.com/team/kuberl-trainer:0.1.0-cpu" in args
     assert "--hub-endpoint=http://hub-mirror.infra.svc:8080" in args
+
+
+JOBSET_CRD = "jobsets.jobset.x-k8s.io"
+
+
+def test_jobset_install_renders_jobsets_own_chart(helm) -> None:
+    """jobset.install=true: the vendored JobSet chart (charts/jobset) with the release, its CRD, controller and webhooks;
+    without it, nothing of JobSet."""
+    def jobset_parts(*options: str) -> dict[tuple[str, str], dict]:
+        docs = render(helm, "--include-crds", *options)
+        return {(d["kind"], d["metadata"]["name"]): d for d in docs
+                if d["metadata"]["name"] == JOBSET_CRD or d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "jobset"}
+
+    assert jobset_parts() == {}
+    assert jobset_parts("--set", "jobset.install=false") == {}
+    parts = jobset_parts("--set", "jobset.install=true")
+    crd = parts[("CustomResourceDefinition", JOBSET_CRD)]
+    assert crd["spec"]["group"] == "jobset.x-k8s.io"
+    [(name, deployment)] = [(n, d) for (kind, n), d in parts.items() if kind == "Deployment"]
+    assert name == "kuberl-jobset-controller" and deployment["metadata"]["namespace"] == "kuberl-chart"
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.k8s.io/jobset/jobset:v0.12.0"
+    assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Service", "ClusterRole"} <= {k for k, _ in parts}
+    # The image is a value (no registry needs to be reachable from the chart's side: a mirror's will do).
+    [mirrored] = [d for (kind, _), d in jobset_parts("--set", "jobset.install=true,jobset.image.repository=mirror.example/jobset,"
+                                                     "jobset.image.tag=v0.12.0-mirror").items() if kind == "Deployment"]
+    assert mirrored["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.example/jobset:v0.12.0-mirror"
+    # kuberl's own objects are the same either way.
+    assert [d for d in render(helm) if d["kind"] == "Deployment"] == \
+        [d for d in render(helm, "--set", "jobset.install=true") if d["kind"] == "Deployment" and d["metadata"]["name"] == "kuberl"]
 
 
 def test_chart_ships_the_generated_crd() -> None:
@@ -251,7 +280,7 @@ def test_the_packaged_chart_of_make_dist_installs_and_uninstalls(control_plane, 
     assert plane.kubectl("get", "crd", f"{PLURAL}.{GROUP}", check=False).returncode == 0
 
 
-def test_install_into_a_cluster_without_jobset_fails_saying_what_to_do(kube_binaries_dir: Path, tmp_path: Path) -> None:
+def test_install_into_a_cluster_without_jobset_fails_saying_what_to_do_unless_the_chart_brings_it(kube_binaries_dir: Path, tmp_path: Path) -> None:
     # A control plane of its own: the session's has JobSet (every other install here passes the check).
     from kuberl.operator.testing.control_plane import start_control_plane
 
@@ -269,5 +298,28 @@ def test_install_into_a_cluster_without_jobset_fails_saying_what_to_do(kube_bina
         skipped = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
                              "--set", "jobset.required=false", "--dry-run=server", check=False)
         assert skipped.returncode == 0, skipped.stderr
+        # An install that brings JobSet itself (jobset.install) is not refused, not even as a dry run (which applies no CRD).
+        bringing = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
+                              "--set", "jobset.install=true", "--dry-run=server", check=False)
+        assert bringing.returncode == 0, bringing.stderr
+        assert plane.kubectl("get", "crd", JOBSET_CRD, check=False).returncode != 0
+        # An upgrade applies no crds/ folder: turning jobset.install on for a release without JobSet is refused, saying so.
+        plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES, "--set", "jobset.required=false")
+        upgraded = plane.helm("upgrade", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", *IMAGES,
+                              "--set", "jobset.install=true", check=False)
+        assert upgraded.returncode != 0
+        assert "helm upgrade does not apply the CRDs of a chart's crds/ folder" in upgraded.stderr, upgraded.stderr
+        plane.helm("uninstall", "kuberl", "--namespace", "kuberl-nojobset", "--wait", "--timeout", "60s")
+        # A fresh install with jobset.install=true: Helm applies JobSet's CRD before it renders, and the check passes.
+        plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES, "--set", "jobset.install=true")
+        crd = json.loads(plane.kubectl("get", "crd", JOBSET_CRD, "--output", "json").stdout)
+        assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"]), crd["status"]
+        deployment = client.AppsV1Api(plane.api_client()).read_namespaced_deployment("kuberl-jobset-controller",
+                                                                                     "kuberl-nojobset")
+        assert deployment.spec.template.spec.containers[0].image == "registry.k8s.io/jobset/jobset:v0.12.0"
+        [release] = json.loads(plane.helm("list", "--namespace", "kuberl-nojobset", "--output", "json").stdout)
+        assert release["status"] == "deployed", release
+        # Later upgrades find JobSet's CRD in place.
+        plane.helm("upgrade", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", *IMAGES, "--set", "jobset.install=true")
     finally:
         plane.stop()
