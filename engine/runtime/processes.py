@@ -9,14 +9,22 @@ import time
 from typing import Callable, Sequence
 
 
+_SENT_FROM_OUTSIDE = frozenset({-signal.SIGKILL, -signal.SIGTERM, -signal.SIGINT, -signal.SIGHUP})
+"""Exit codes of a process ended by a signal that only another process sends (the OOM killer, a person)."""
+
+
 def first_failure(codes: Sequence[int | None]) -> int | None:
     """The index of the process that caused a failure, or None while none has failed.
 
     Several may be seen failed in one poll; the others usually failed because of the first. A
-    process killed by a signal (negative code) did not fail because of a peer, so it comes first,
-    then the lowest index.
+    process ended by a signal sent from outside did not fail because of a peer, so it comes first;
+    then one that crashed on a signal of its own (a peer's loss can end in gloo's std::terminate,
+    SIGABRT, as the interpreter exits); then an exit code; the lowest index among equals.
     """
-    failed = [(code >= 0, index) for index, code in enumerate(codes) if code not in (None, 0)]
+    def rank(code: int) -> int:
+        return 0 if code in _SENT_FROM_OUTSIDE else 1 if code < 0 else 2
+
+    failed = [(rank(code), index) for index, code in enumerate(codes) if code is not None and code != 0]
     return min(failed)[1] if failed else None
 
 

@@ -15,6 +15,8 @@ def test_the_cause_is_a_killed_process_first_then_the_lowest_index() -> None:
     assert first_failure([None, 1, 1]) == 1
     assert first_failure([1, None, -9]) == 2  # killed by a signal: it did not fail because of a peer
     assert first_failure([-15, -9]) == 0
+    assert first_failure([-6, 1, -9]) == 2  # a peer's loss can end in SIGABRT: the killed one caused it
+    assert first_failure([1, -11]) == 1  # a crash of its own comes before an exit code
 
 
 def test_a_failing_process_ends_the_gang() -> None:
