@@ -10,8 +10,7 @@ within a prompt's group, so GRPO's advantages, and with them the update, are not
 
 The mixture-of-experts families (qwen3_moe, mixtral) take their step here too, and report the router's
 load-balancing loss (`moe_aux_loss`); tests/rl/test_moe_step.py runs one over 2 ranks with expert
-parallelism. A family a job cannot run would be listed in CANNOT_RUN with the error `kuberl run` ends
-with, and shown refused; none is now.
+parallelism. Every registered family takes a step: a family a job could not run would not be registered.
 
 What stays refused for every mixture of experts is tensor parallelism (tp > 1): megatron-core 0.16.1's
 MoE layer trains under tp only with sequence parallelism, which needs Transformer Engine, so a job with
@@ -31,9 +30,6 @@ from kuberl.engine.models.families import FAMILIES
 from .conftest import kuberl_run, manifest
 
 pytestmark = pytest.mark.slow
-
-CANNOT_RUN: dict[str, str] = {}
-"""The families a job cannot run yet, and the error `kuberl run` ends with for each."""
 
 MOE_UNDER_TP = ("tp=2 is not supported for mixture-of-experts models yet: megatron-core trains MoE under tensor "
                 "parallelism only with sequence parallelism; use tp=1 (and ep)")
@@ -55,13 +51,7 @@ def one_step_job(family: str, tmp_path: Path, layout: dict | None = None) -> tup
     return model, job, run
 
 
-def test_the_families_not_run_are_registered() -> None:
-    assert set(CANNOT_RUN) <= set(FAMILIES), "a CANNOT_RUN entry names no registered family"
-    assert set(FAMILIES) - set(CANNOT_RUN), "no family takes a step"
-
-
-# Parametrized over the registry itself (tests/test_model_families.py reads a family's [name] off FAMILIES here).
-@pytest.mark.parametrize("family", [name for name in sorted(FAMILIES) if name not in CANNOT_RUN])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_one_grpo_step_per_family(family: str, kuberl_cli: str, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
@@ -95,15 +85,6 @@ def test_one_grpo_step_per_family(family: str, kuberl_cli: str, tmp_path: Path) 
     assert expected <= moved, f"{family}: unchanged after the step: {sorted(expected - moved)}"
     assert moved - expected or not FAMILIES[family].is_moe, f"{family}: no expert moved"
     assert json.loads((run / "final" / "config.json").read_text())["model_type"] == FAMILIES[family].example["model_type"]
-
-
-@pytest.mark.parametrize("family", [name for name in sorted(FAMILIES) if name in CANNOT_RUN])
-def test_a_family_the_step_cannot_run_is_refused_with_its_reason(family: str, kuberl_cli: str, tmp_path: Path) -> None:
-    _, job, run = one_step_job(family, tmp_path)
-    result = kuberl_run(kuberl_cli, job, run, timeout=300)
-    assert result.returncode != 0, f"{family} ran: take it out of CANNOT_RUN so that it is stepped like the others"
-    assert CANNOT_RUN[family] in result.stderr, result.stderr[-3000:]
-    assert not (run / "metrics.jsonl").exists()
 
 
 @pytest.mark.parametrize("family", [name for name in sorted(FAMILIES) if FAMILIES[name].is_moe])
