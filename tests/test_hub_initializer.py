@@ -404,7 +404,7 @@ def test_an_unsupported_model_is_refused_once_fetched_before_any_trainer_starts_
     gemma = tmp_path / "gemma"
     shutil.copytree(tiny_model, gemma)
     config = json.loads((gemma / "config.json").read_text())
-    (gemma / "config.json").write_text(json.dumps({**config, "model_type": "gemma3_text"}))
+    (gemma / "config.json").write_text(json.dumps({**config, "model_type": "gemma2"}))
     with HubServer("127.0.0.1", token=TOKEN) as server:
         server.add_repo("kuberl-test/gemma", gemma)
         server.add_repo(REPO, tiny_model)
@@ -412,7 +412,7 @@ def test_an_unsupported_model_is_refused_once_fetched_before_any_trainer_starts_
         assert run.code == PERMANENT_FAILURE_EXIT_CODE, run.stderr
         assert run.report.reason == "UnsupportedModel" and "model.hubId kuberl-test/gemma" in (run.report.message or "")
         said = run.report.message or ""
-        assert "'gemma3_text'" in said and "(supported: " in said and all(f in said for f in ("llama", "qwen2", "qwen3", "mistral"))
+        assert "'gemma2'" in said and "(supported: " in said and all(f in said for f in ("llama", "qwen2", "qwen3", "mistral"))
         # A supported model that the job's layout cannot split: named with the role and the layout.
         wide = engine_config(hubId=REPO, tokenSecretRef=SECRET).model_dump(by_alias=True, exclude_none=True)
         wide["roles"]["actor"]["layout"] = {"tp": 64, "dp": 1}

@@ -102,10 +102,10 @@ def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path
         return subprocess.run([kuberl_cli, "validate", "--local", str(job)], capture_output=True, text=True, timeout=120)
 
     assert validate().returncode == 0  # no config.json here: the run will say so, validate does not guess
-    (model / "config.json").write_text(json.dumps({**QWEN3_06B, "model_type": "gemma3_text"}))
+    (model / "config.json").write_text(json.dumps({**QWEN3_06B, "model_type": "gemma2"}))
     refused = validate()
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert "spec.model.path" in refused.stderr and "'gemma3_text' is not a supported model family" in refused.stderr
+    assert "spec.model.path" in refused.stderr and "'gemma2' is not a supported model family" in refused.stderr
     (model / "config.json").write_text(json.dumps({**QWEN3_06B, "num_key_value_heads": 1}))
     # Two ranks at tp=2, which one key/value head cannot split.
     doc["spec"]["roles"]["actor"].update(replicas=1, gpusPerReplica=2, layout={"tp": 2, "pp": 1, "dp": 1, "rolloutTp": 1})

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..models.arch import LlamaArch
-from ..models.convert import MG_EXPERT, MG_LAYER, stage_layers
+from ..models.convert import MG_EXPERT, MG_LAYER, layer_norms, stage_layers
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,8 @@ def transfer_units(arch: LlamaArch, tp: int, pp: int, ep: int = 1) -> list[Unit]
     for stage in range(pp):
         for local, layer in enumerate(stage_layers(arch, stage, pp)):
             m = MG_LAYER.format(local)
-            whole(stage, m + "input_layernorm.weight", layer, (h,))
+            norms = [norm for norm, _ in layer_norms(arch)]  # input_layernorm first, as the layer computes them
+            whole(stage, m + norms[0], layer, (h,))
             split(stage, m + "self_attention.linear_qkv.weight", layer, (arch.qkv_rows, h), 0)
             if arch.qkv_bias:
                 split(stage, m + "self_attention.linear_qkv.bias", layer, (arch.qkv_rows,), 0)
@@ -109,7 +110,8 @@ def transfer_units(arch: LlamaArch, tp: int, pp: int, ep: int = 1) -> list[Unit]
             if arch.qk_norm:
                 whole(stage, m + "self_attention.q_layernorm.weight", layer, (arch.head_dim,))
                 whole(stage, m + "self_attention.k_layernorm.weight", layer, (arch.head_dim,))
-            whole(stage, m + "pre_mlp_layernorm.weight", layer, (h,))
+            for norm in norms[1:]:
+                whole(stage, m + norm, layer, (h,))
             if arch.is_moe:  # tp is 1 (check_layout): the router whole, each expert on its ep rank
                 whole(stage, m + "mlp.router.weight", layer, (arch.num_experts, h))
                 per, ffn_e = arch.num_experts // ep, arch.moe_intermediate_size

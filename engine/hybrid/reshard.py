@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from ..models.arch import LlamaArch
-from ..models.convert import HF_LAYER, hf_expert, hf_router, split_qkv, unpad_vocab, unshard_fc1
+from ..models.convert import HF_LAYER, hf_expert, hf_router, layer_norms, split_qkv, unpad_vocab, unshard_fc1
 from .plan import Piece, Unit, buckets, generation_tp_rank, holds, needs, transfer_units, wanted_tp_ranks
 
 
@@ -168,10 +168,8 @@ class Resharder:
         h = HF_LAYER.format(unit.layer)
         if name.endswith("mlp.router.weight"):
             yield hf_router(self.arch, unit.layer), pieces[0], None
-        elif name.endswith("input_layernorm.weight"):
-            yield h + "input_layernorm.weight", pieces[0], None
-        elif name.endswith("pre_mlp_layernorm.weight"):
-            yield h + "post_attention_layernorm.weight", pieces[0], None
+        elif norm := next((hf for mg, hf in layer_norms(self.arch) if name.endswith("." + mg)), None):
+            yield h + norm, pieces[0], None
         elif name.endswith("self_attention.q_layernorm.weight"):
             yield h + "self_attn.q_norm.weight", pieces[0], None
         elif name.endswith("self_attention.k_layernorm.weight"):

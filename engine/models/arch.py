@@ -1,5 +1,5 @@
 """The shape of a Llama-shaped causal LM, read from a Hugging Face config through its family (families/: Llama,
-Qwen2, Qwen3, Mistral, and the mixture-of-experts Qwen3-MoE and Mixtral), which decides and refuses what is its own."""
+Qwen2, Qwen3, Mistral, Gemma 3, and the mixture-of-experts Qwen3-MoE and Mixtral), which decides and refuses what is its own."""
 
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ class LlamaArch:
     """Where a layer's router and experts live in Hugging Face checkpoints: Mixtral's are under block_sparse_moe."""
     hf_expert_names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
     """An expert's gate, up and down projections in Hugging Face checkpoints (Mixtral's: w1, w3, w2)."""
+    gemma: bool = False
+    """Gemma 3's layer (families/gemma3.py): RMSNorms scaling by 1 + weight in float32, a norm after the attention
+    and after the MLP as well as before each, the embeddings scaled by sqrt(hidden_size), a tanh-GELU gated MLP."""
+    softmax_scale: float | None = None
+    """The attention's scale of q.k (None: 1 / sqrt(head_dim)); Gemma 3's is query_pre_attn_scalar ** -0.5."""
+    local_rope_theta: float | None = None
+    """The rope base of the layers in local_layers (Gemma 3's sliding-window layers); rope_theta is the others'."""
+    local_layers: tuple[int, ...] = ()
+    """The layers (from 0) that rotate by local_rope_theta."""
 
     @property
     def is_moe(self) -> bool:
@@ -91,7 +100,7 @@ class LlamaArch:
         rope_theta = get("rope_theta")
         if rope_theta is None:  # transformers 5 keeps it under rope_parameters
             rope_theta = (get("rope_parameters") or {}).get("rope_theta", 10000.0)
-        return cls(
+        fields = dict(
             vocab_size=get("vocab_size"),
             hidden_size=hidden,
             intermediate_size=get("intermediate_size"),
@@ -103,8 +112,8 @@ class LlamaArch:
             rope_theta=float(rope_theta),
             max_position_embeddings=get("max_position_embeddings"),
             tie_word_embeddings=bool(get("tie_word_embeddings", False)),
-            **decided,
         )
+        return cls(**{**fields, **decided})  # a family may decide a field read here the Llama way (Gemma 3's rope_theta)
 
     LORA_ON_EXPERTS = ("LoRA on a mixture-of-experts model is not supported yet: the adapters are built for a dense "
                        "MLP's linear_fc1/linear_fc2 and the attention, not for the experts (engine/training/lora.py)")

@@ -119,6 +119,18 @@ def local_experts(arch: LlamaArch, ep_rank: int, ep_size: int) -> range:
     return range(ep_rank * per, (ep_rank + 1) * per)
 
 
+def layer_norms(arch: LlamaArch) -> tuple[tuple[str, str], ...]:
+    """A layer's norms (not the q/k norms): (megatron name, Hugging Face name), both after the layer's prefix.
+    Llama's post_attention_layernorm is the MLP's input norm; Gemma 3's normalises the attention's output."""
+    if arch.gemma:
+        return (("input_layernorm.weight", "input_layernorm.weight"),
+                ("self_attention.post_layernorm.weight", "post_attention_layernorm.weight"),
+                ("pre_mlp_layernorm.weight", "pre_feedforward_layernorm.weight"),
+                ("mlp.post_layernorm.weight", "post_feedforward_layernorm.weight"))
+    return (("input_layernorm.weight", "input_layernorm.weight"),
+            ("pre_mlp_layernorm.weight", "post_attention_layernorm.weight"))
+
+
 # Megatron parameter suffix -> (how it is split across TP ranks): "column" on dim 0, "row" on dim 1,
 # "replicated", or the special layouts "qkv" and "fc1".
 TP_LAYOUT = {
@@ -127,6 +139,8 @@ TP_LAYOUT = {
     "decoder.final_layernorm.weight": "replicated",
     "input_layernorm.weight": "replicated",
     "pre_mlp_layernorm.weight": "replicated",
+    "self_attention.post_layernorm.weight": "replicated",
+    "mlp.post_layernorm.weight": "replicated",
     "self_attention.linear_qkv.weight": "qkv",
     "self_attention.linear_qkv.bias": "qkv",
     "self_attention.linear_proj.weight": "row",
@@ -183,8 +197,8 @@ def hf_to_megatron(hf: Mapping[str, torch.Tensor], arch: LlamaArch, tp_rank: int
         if arch.qk_norm:  # over one head's dimension: every rank holds them whole
             out[m + "self_attention.q_layernorm.weight"] = hf[attn + "q_norm.weight"].clone()
             out[m + "self_attention.k_layernorm.weight"] = hf[attn + "k_norm.weight"].clone()
-        out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"].clone()
-        out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"].clone()
+        for mg_norm, hf_norm in layer_norms(arch):
+            out[m + mg_norm] = hf[h + hf_norm].clone()
         if arch.is_moe:  # tp is 1 (check_layout)
             out[m + "mlp.router.weight"] = hf[hf_router(arch, layer)].clone()
             for local_expert, expert in enumerate(local_experts(arch, ep_rank, ep_size)):
@@ -238,8 +252,8 @@ def megatron_to_hf(shards: Mapping[tuple[int, ...], Mapping[str, torch.Tensor]],
             if arch.qk_norm:
                 hf[attn + "q_norm.weight"] = gathered(pp, m + "self_attention.q_layernorm.weight")
                 hf[attn + "k_norm.weight"] = gathered(pp, m + "self_attention.k_layernorm.weight")
-            hf[h + "input_layernorm.weight"] = gathered(pp, m + "input_layernorm.weight")
-            hf[h + "post_attention_layernorm.weight"] = gathered(pp, m + "pre_mlp_layernorm.weight")
+            for mg_norm, hf_norm in layer_norms(arch):
+                hf[h + hf_norm] = gathered(pp, m + mg_norm)
             if arch.is_moe:
                 hf[hf_router(arch, layer)] = gathered(pp, m + "mlp.router.weight")
                 for ep in range(ep_size):

@@ -75,6 +75,8 @@ def make_tiny_model(out: Path, *, layers: int = 2, hidden: int = 128, seed: int 
                 weight.copy_(1 + 0.5 * torch.randn_like(weight))
             elif name.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):  # Qwen2's biases, all zeros
                 weight.copy_(0.2 * torch.randn_like(weight))
+            elif config["model_type"].startswith("gemma") and name.endswith("norm.weight"):  # Gemma's: 1 + 0
+                weight.copy_(0.5 * torch.randn_like(weight))
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import torch
@@ -94,7 +94,8 @@ def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.d
         normalization="RMSNorm",
         layernorm_epsilon=arch.rms_norm_eps,
         gated_linear_unit=True,
-        activation_func=F.silu,
+        activation_func=partial(F.gelu, approximate="tanh") if arch.gemma else F.silu,
+        softmax_scale=arch.softmax_scale,
         add_bias_linear=False,
         add_qkv_bias=arch.qkv_bias,
         hidden_dropout=0.0,
@@ -129,10 +130,15 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     megatron_cpu.apply()
+    if arch.gemma:  # Gemma 3's layer: the engine's modules in megatron-core's local spec (gemma_layers.py)
+        from .gemma_layers import gemma_block_spec
+        spec = gemma_block_spec(arch, pp)
+    else:
+        spec = get_gpt_layer_local_spec(num_experts=arch.num_experts or None, moe_grouped_gemm=False,
+                                        normalization="RMSNorm", qk_layernorm=arch.qk_norm)
     model = GPTModel(
         config=transformer_config(arch, tp, pp, dtype, ep),
-        transformer_layer_spec=get_gpt_layer_local_spec(num_experts=arch.num_experts or None, moe_grouped_gemm=False,
-                                                        normalization="RMSNorm", qk_layernorm=arch.qk_norm),
+        transformer_layer_spec=spec,
         vocab_size=arch.padded_vocab_size(tp),
         max_sequence_length=arch.max_position_embeddings,
         pre_process=pp_rank == 0,
@@ -142,6 +148,9 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
         parallel_output=True,
         **rope_config(arch)[2],
     )
+    if arch.gemma:
+        from .gemma_layers import make_gemma
+        make_gemma(model, arch)
     if pp_rank == pp - 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
         mask_padded_vocab(model.output_layer, arch, tp)
     return model
