@@ -69,3 +69,34 @@ def test_the_main_job_runs_as_written_and_stops_at_a_step_boundary_on_sigterm(ku
     checkpoints = root / "runs" / "grpo-smollm2-arith" / "checkpoints"
     saved = sorted(p.name for p in checkpoints.iterdir() if p.name.startswith("step-"))
     assert saved and int(saved[-1].split("-")[1]) >= 2, saved
+
+
+def test_the_agent_calculator_example_runs_shortened(kuberl_cli: str, tmp_path: Path) -> None:
+    """examples/agent-calculator.yaml through `kuberl run` as its header says, shortened to two steps of two
+    prompts (and no validation pass): SmolLM2-135M, prompted with the example's worked tool calls, calls the
+    calculator of its own sampling; the tool results are in its trajectories but not in its trained tokens."""
+    import yaml
+
+    root = root_like(tmp_path)
+    doc = yaml.safe_load((REPO / "examples" / "agent-calculator.yaml").read_text())
+    spec = doc["spec"]
+    spec["data"].pop("validation")
+    spec["trainer"].pop("validationInterval")
+    spec["trainer"].update(totalSteps=2, promptsPerStep=2, miniBatchSize=8)
+    spec["rollout"]["samplesPerPrompt"] = 4
+    (root / "agent-calculator.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    run = subprocess.run([kuberl_cli, "run", "agent-calculator.yaml", "--metrics-port", "0"], cwd=root,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = root / "runs" / "agent-calculator"
+    steps = [r for r in records(out / "metrics.jsonl") if "reward_mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        for key in ("policy_loss", "grad_norm", "reward_mean", "multi_turn/turns_mean", "multi_turn/tool_errors"):
+            assert key in r and r[key] == r[key], (key, r)  # present and not NaN
+        assert 0 < r["multi_turn/policy_token_share"] < 1  # tool results and the template's tokens are masked out
+        assert 1 <= r["multi_turn/turns_mean"] <= 3
+    # The model called the calculator, which ran: a call of its own sampled text (the few-shot turns are prompt).
+    assert sum(r["multi_turn/tool_calls"] for r in steps) > 0, steps
+    assert any("multi_turn/tool_seconds_mean" in r for r in steps)
+    assert (out / "final" / "model.safetensors").exists() or any((out / "final").glob("*.safetensors"))
