@@ -42,14 +42,14 @@ test: setup node-deps kube-binaries scheduling-binaries agent-sandbox-binaries n
 crd: setup  ## regenerate crds/ and the chart's admission policy rules from the API models
 	$(VENV)/bin/kuberl crd > crds/kuberl.dev_rljobs.yaml
 	cp crds/kuberl.dev_rljobs.yaml helm/kuberl/crds/kuberl.dev_rljobs.yaml
-	$(VENV)/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json
+	$(VENV)/bin/python -m kuberl.operator.codegen.admission_policy > helm/kuberl/files/admission-policy.json
 
 generate: setup  ## regenerate everything made from the code (docs/testing.md lists it); a tree that is current stays unchanged
 	@# Each to a temporary file first: the generators import the package whose file they rewrite.
-	$(PY) -m kuberl.operator.kube_types_codegen > operator/api/kube_types.py.new && mv operator/api/kube_types.py.new operator/api/kube_types.py
+	$(PY) -m kuberl.operator.codegen.kube_types > operator/api/kube_types.py.new && mv operator/api/kube_types.py.new operator/api/kube_types.py
 	$(PY) -m kuberl.engine.runtime.catalog > engine/config/algorithm_catalog.py.new && mv engine/config/algorithm_catalog.py.new engine/config/algorithm_catalog.py
 	$(MAKE) --no-print-directory crd
-	$(PY) -m kuberl.operator.docgen docs
+	$(PY) -m kuberl.operator.codegen.docgen docs
 
 docs: setup  ## regenerate the docs' generated pages and build the site into site/ (mkdocs build --strict)
 	bash scripts/docs.sh site

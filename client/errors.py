@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from kuberl.operator.problems import Problem
+    from kuberl.operator.validation.problems import Problem
 
 
 class ClientError(Exception):

@@ -12,8 +12,8 @@ from typing import Any, BinaryIO, Iterator
 
 from kuberl.operator.api import GROUP, KIND, PHASES, PLURAL, VERSION, RLJob, RLJobStatus
 from kuberl.operator.api.spec import IMMUTABLE_FIELDS
-from kuberl.operator.children import LABEL_JOB
-from kuberl.operator.manifest import ManifestError, parse_rljob
+from kuberl.operator.control.children import LABEL_JOB
+from kuberl.operator.validation.manifest import ManifestError, parse_rljob
 
 from . import logs as L
 from .errors import (
@@ -103,7 +103,7 @@ class RLJobClient:
         Validate (the API's rules, then the cluster's: every path on a volume of its pods) and create the RLJob;
         when one of that name exists, update it. Only spec.runPolicy can change on a live job (suspend, backoffLimit,
         deadlines): any other change raises ImmutableFieldsError, naming the fields, before anything is sent."""
-        from kuberl.operator.cluster_rules import cluster_problems
+        from kuberl.operator.validation.cluster_rules import cluster_problems
 
         job, raw, source = self._parse(job_or_path)
         try:
@@ -264,7 +264,7 @@ class RLJobClient:
 
     def _parse(self, job_or_path: RLJob | dict[str, Any] | str | os.PathLike | BinaryIO) -> tuple[RLJob, dict[str, Any], str]:
         """(the model, the object to send, where it came from)."""
-        from kuberl.operator.manifest import is_rljob_document, read_documents, read_manifest, rljob_documents_from_text
+        from kuberl.operator.validation.manifest import is_rljob_document, read_documents, read_manifest, rljob_documents_from_text
 
         try:
             if isinstance(job_or_path, RLJob):

@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from kuberl.operator.children import INITIALIZER, JOBSET_RESTART_LABEL, LABEL_COMPONENT, LABEL_ROLE
+from kuberl.operator.control.children import INITIALIZER, JOBSET_RESTART_LABEL, LABEL_COMPONENT, LABEL_ROLE
 
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 CONTAINER = "trainer"

@@ -9,7 +9,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${KUBERL_VENV:-$repo/.venv}
 out=${1:-$repo/site}
 
-"$venv/bin/python" -m kuberl.operator.docgen "$repo/docs"
+"$venv/bin/python" -m kuberl.operator.codegen.docgen "$repo/docs"
 # Material's notice about MkDocs 2 is not about this site.
 NO_MKDOCS_2_WARNING=1 "$venv/bin/python" -m mkdocs build --strict --quiet -f "$repo/mkdocs.yml" -d "$out"
 echo "[docs] built $out/index.html" >&2

@@ -91,7 +91,7 @@ def schedulers(control_plane, tmp_path_factory: pytest.TempPathFactory):
 def rljob_crd(control_plane, schedulers) -> None:
     """The generated RLJob CRD, applied to the control plane and Established (with JobSet and Kueue running:
     the operator runs every job as a JobSet)."""
-    from kuberl.operator.crd import CRD_FILE_NAME
+    from kuberl.operator.api.crd import CRD_FILE_NAME
 
     from kuberl.operator.testing.waiting import eventually
 

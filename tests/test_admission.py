@@ -16,7 +16,7 @@ import pytest
 import yaml
 from celpy import celtypes
 
-from kuberl.operator.admission import (
+from kuberl.operator.validation.admission import (
     DEFAULT_VOLUME_SOURCES,
     GRANTING_FIELDS,
     VOLUME_SOURCES,
@@ -25,10 +25,10 @@ from kuberl.operator.admission import (
     cluster_checks,
     secret_references,
 )
-from kuberl.operator.admission_policy import CHART_VARIABLES, policy, policy_json
+from kuberl.operator.codegen.admission_policy import CHART_VARIABLES, policy, policy_json
 from kuberl.operator.api.spec import IMMUTABLE_FIELDS
-from kuberl.operator.manifest import parse_rljob
-from kuberl.operator.yaml_reader import read_documents
+from kuberl.operator.validation.manifest import parse_rljob
+from kuberl.operator.validation.yaml_reader import read_documents
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "kuberl"
@@ -194,7 +194,7 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
     doc = every_secret_reference()
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = subprocess.run([sys.executable, "-m", "kuberl.operator.cli", "validate", "--allow-volume-source", "cephfs", str(path)],
+    result = subprocess.run([sys.executable, "-m", "kuberl.operator.cli.commands", "validate", "--allow-volume-source", "cephfs", str(path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     needs = [line for line in result.stdout.splitlines() if "needs the cluster" in line]
@@ -203,7 +203,7 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
     assert "may get Secret " + ", ".join(sorted(set(EVERY_SECRET))) + " (the pods read them)" in needs[1]
     assert cluster_checks(parse_rljob(base(), "x").spec) == []
     # The same file without the flag: the chart value is named, and the exit status says it failed.
-    refused = subprocess.run([sys.executable, "-m", "kuberl.operator.cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    refused = subprocess.run([sys.executable, "-m", "kuberl.operator.cli.commands", "validate", str(path)], capture_output=True, text=True, timeout=120)
     assert refused.returncode == 1 and "spec.volumes[5].cephfs" in refused.stderr and "admission.allowedVolumeSources" in refused.stderr
     assert "Traceback" not in refused.stderr
 
@@ -213,7 +213,7 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
 
 def test_the_charts_policy_file_is_rendered_from_the_python_rules() -> None:
     assert (CHART / "files" / "admission-policy.json").read_text() == policy_json(), (
-        "regenerate: make crd (or .venv/bin/python -m kuberl.operator.admission_policy > helm/kuberl/files/admission-policy.json)")
+        "regenerate: make crd (or .venv/bin/python -m kuberl.operator.codegen.admission_policy > helm/kuberl/files/admission-policy.json)")
 
 
 def test_the_chart_values_are_the_python_contract() -> None:
@@ -323,7 +323,7 @@ def test_the_policys_secret_list_is_the_python_one() -> None:
 def test_the_policy_checks_each_secret_once_within_the_api_servers_budget() -> None:
     # An authorizer check costs 350000 of the 10^7 a request may spend and of the 10^6 one expression may:
     # one per expression, each name once, and at most MAX of them.
-    from kuberl.operator.admission import MAX_CHECKED_SECRET_REFERENCES
+    from kuberl.operator.validation.admission import MAX_CHECKED_SECRET_REFERENCES
 
     validations = policy()["validations"]
     assert all(v["expression"].count(".check(") <= 2 for v in validations)
@@ -334,7 +334,7 @@ def test_the_policy_checks_each_secret_once_within_the_api_servers_budget() -> N
 
 def test_kuberl_submit_leaves_the_allow_lists_to_the_cluster() -> None:
     # The cluster's chart may allow more than the defaults; its admission policy and operator apply its values.
-    from kuberl.operator.cluster_rules import cluster_problems
+    from kuberl.operator.validation.cluster_rules import cluster_problems
 
     job = parse_rljob(with_volume({"hostPath": {"path": "/srv"}}), "job.yaml")
     assert [p.path for p in cluster_problems(job, "job.yaml")] == ["spec.volumes[2].hostPath"]
@@ -342,7 +342,7 @@ def test_kuberl_submit_leaves_the_allow_lists_to_the_cluster() -> None:
 
 
 def test_the_operator_takes_the_charts_allow_lists_as_flags() -> None:
-    from kuberl.operator.cli import _admission_policy, build_parser
+    from kuberl.operator.cli.commands import _admission_policy, build_parser
 
     args = build_parser().parse_args(["operator", "--allow-volume-source=hostPath", "--allow-volume-source=nfs",
                                       "--allow-runtime-class=gvisor", "--allow-control-plane-tolerations",

@@ -9,7 +9,7 @@ import pytest
 
 from kuberl.engine.config import AlgorithmSpec, DatasetSource, ModelSpec, ParallelLayout
 from kuberl.operator.api import RLJobStatus, Roles
-from kuberl.operator.manifest import ManifestError, parse_rljob
+from kuberl.operator.validation.manifest import ManifestError, parse_rljob
 
 
 def test_roles_default_layout_is_all_data_parallel_and_colocated_roles_share_actor_ranks() -> None:

@@ -84,7 +84,7 @@ def _run(rank, size, port, queue):
 def test_weights_reach_every_rollout_rank_bucket_by_bucket() -> None:
     import multiprocessing as mp
 
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
 
     ctx = mp.get_context("fork")  # the children run this module's functions
     queue = ctx.Queue()

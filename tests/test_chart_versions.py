@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from kuberl.operator.main import JOBSET_INSTALL
+from kuberl.operator.control.manager import JOBSET_INSTALL
 
 REPO = Path(__file__).resolve().parent.parent
 

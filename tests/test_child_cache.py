@@ -8,7 +8,7 @@ import time
 
 from kubernetes.client.rest import ApiException
 
-from kuberl.operator.child_cache import Informer, _owning_jobset_key
+from kuberl.operator.control.child_cache import Informer, _owning_jobset_key
 
 
 def test_a_workload_belongs_to_the_job_its_jobset_is_named_after() -> None:
@@ -77,7 +77,7 @@ def _pod(name: str, phase: str) -> dict:
 
 def test_a_deleted_failed_pod_is_remembered_as_last_seen_and_a_healthy_one_is_not() -> None:
     """A gang restart deletes the failed pod at once: the reconcile that reads how the attempt ended finds it."""
-    from kuberl.operator.child_cache import _failed_pod
+    from kuberl.operator.control.child_cache import _failed_pod
 
     watches: list[int] = []
 

@@ -20,8 +20,8 @@ import jsonschema
 import pytest
 import yaml
 
-from kuberl.operator.crd import CRD_FILE_NAME, crd_yaml, rljob_crd
-from kuberl.operator.manifest import read_documents
+from kuberl.operator.api.crd import CRD_FILE_NAME, crd_yaml, rljob_crd
+from kuberl.operator.validation.manifest import read_documents
 from kuberl.operator.testing.corpus import rljob_files
 
 MANIFESTS = Path(__file__).parent / "manifests"

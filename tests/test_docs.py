@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.operator import docgen
+from kuberl.operator.codegen import docgen
 
 # The pages the README links to by path: renaming one breaks those links.
 PAGES = (
@@ -51,7 +51,7 @@ def test_generated_pages_say_they_are_generated(repo: Path) -> None:
 
 def test_the_rljob_reference_has_every_field_and_rule(repo: Path) -> None:
     """Every field of the CRD's spec has a row with its own anchor, and every rule of the models is on the page."""
-    from kuberl.operator.crd import rljob_crd
+    from kuberl.operator.api.crd import rljob_crd
 
     text = (repo / "docs" / "reference" / "rljob.md").read_text()
     schema = rljob_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
@@ -111,8 +111,8 @@ def test_fields_named_in_the_pages_exist(repo: Path) -> None:
 
 def test_whole_rljobs_in_the_pages_are_valid(repo: Path, tmp_path: Path) -> None:
     """A YAML block of the docs that is a whole RLJob passes `kuberl validate`, cluster rules included."""
-    from kuberl.operator.cluster_rules import cluster_problems
-    from kuberl.operator.manifest import load_rljob_documents
+    from kuberl.operator.validation.cluster_rules import cluster_problems
+    from kuberl.operator.validation.manifest import load_rljob_documents
 
     blocks = []
     for page in sorted((repo / "docs").rglob("*.md")):

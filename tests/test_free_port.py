@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from kuberl.operator.ports import _LOWEST_PORT, _ephemeral_low, free_port
+from kuberl.operator.cli.ports import _LOWEST_PORT, _ephemeral_low, free_port
 
 
 def test_ports_lie_below_the_ephemeral_range_and_can_be_bound() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.operator.manifest import ManifestError, load_rljob_documents, read_documents
-from kuberl.operator.yaml_reader import MAX_DOCUMENTS, MAX_EXPANDED_BYTES, MAX_FILE_NODES, MAX_NODES
+from kuberl.operator.validation.manifest import ManifestError, load_rljob_documents, read_documents
+from kuberl.operator.validation.yaml_reader import MAX_DOCUMENTS, MAX_EXPANDED_BYTES, MAX_FILE_NODES, MAX_NODES
 
 pytestmark = pytest.mark.timeout(30)
 

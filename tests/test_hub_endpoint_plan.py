@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kuberl.operator.api.initializer import InitializerSpec
-from kuberl.operator.children import OperatorSettings
-from kuberl.operator.manifest import load_rljobs
-from kuberl.operator.planner import plan
+from kuberl.operator.control.children import OperatorSettings
+from kuberl.operator.validation.manifest import load_rljobs
+from kuberl.operator.control.planner import plan
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "ppo-cluster" / "rljob.yaml"
 

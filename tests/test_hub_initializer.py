@@ -237,7 +237,7 @@ def test_a_volume_that_fills_up_while_downloading_is_cache_volume_full_against_a
 
 
 def test_an_unreachable_hub_fails_after_bounded_retries(tmp_path: Path) -> None:
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run = initialize(tmp_path, endpoint, tmp_path / "cache", engine_config(hubId=REPO),

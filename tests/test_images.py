@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from kuberl.operator.cli import build_parser
-from kuberl.operator.children import OperatorSettings
+from kuberl.operator.cli.commands import build_parser
+from kuberl.operator.control.children import OperatorSettings
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

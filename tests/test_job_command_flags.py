@@ -16,12 +16,12 @@ import yaml
 from kubernetes import client
 
 from kuberl.client.operators import OperatorDeployment, image_tag
-from kuberl.operator.cli import build_parser
-from kuberl.operator.cli_jobs import list_table, plugin_parser, status_text
-from kuberl.operator.cli_output import as_list, dump, reason
-from kuberl.operator.manifest import ManifestError, read_documents, read_manifest
+from kuberl.operator.cli.commands import build_parser
+from kuberl.operator.cli.jobs import list_table, plugin_parser, status_text
+from kuberl.operator.cli.output import as_list, dump, reason
+from kuberl.operator.validation.manifest import ManifestError, read_documents, read_manifest
 from kuberl.operator.testing.rljobs import small_job
-from kuberl.operator.yaml_reader import MAX_FILE_BYTES
+from kuberl.operator.validation.yaml_reader import MAX_FILE_BYTES
 
 from .rljob_objects import job
 
@@ -44,7 +44,7 @@ def one_line(result: subprocess.CompletedProcess, status: int = 1) -> str:
 @pytest.fixture
 def unreachable(tmp_path: Path) -> tuple[Path, str]:
     """A kubeconfig of a server where nothing listens: a command that gets as far as a request says so."""
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
     from kuberl.operator.testing.credentials import write_kubeconfig
 
     (tmp_path / "ca.crt").write_text("")
@@ -190,7 +190,7 @@ def kubeconfig_with(path: Path, *contexts: tuple[str, str]) -> Path:
 
 
 def test_the_operator_finds_its_cluster_as_controllers_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kuberl.operator.main import ConfigurationError, load_client_configuration
+    from kuberl.operator.control.manager import ConfigurationError, load_client_configuration
 
     first = kubeconfig_with(tmp_path / "first", ("one", "https://one.invalid:6443"))
     second = kubeconfig_with(tmp_path / "second", ("two", "https://two.invalid:6443"), ("three", "https://three.invalid:6443"))
@@ -227,8 +227,8 @@ def test_kuberl_operator_fails_in_one_line_on_a_missing_or_broken_kubeconfig(tmp
 def test_logs_previous_shows_how_the_last_failed_attempt_ended() -> None:
     from kuberl.operator.api import RLJobStatus
     from kuberl.operator.api.status import AttemptFailure
-    from kuberl.operator.cli_jobs import previous_attempt
-    from kuberl.operator.manifest import load_rljobs
+    from kuberl.operator.cli.jobs import previous_attempt
+    from kuberl.operator.validation.manifest import load_rljobs
 
     job = load_rljobs(Path(__file__).parent.parent / "examples" / "dpo.yaml")[0]
     assert previous_attempt(job) == []

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kuberl.client.logs import lines_of, merged, pod_ranks, select_pods
-from kuberl.operator.cli import build_parser
-from kuberl.operator.cli_jobs import JOB_COMMANDS, age, duration, list_table, plugin_parser, seconds, status_text
+from kuberl.operator.cli.commands import build_parser
+from kuberl.operator.cli.jobs import JOB_COMMANDS, age, duration, list_table, plugin_parser, seconds, status_text
 
 from .rljob_objects import job
 
@@ -137,7 +137,7 @@ def test_several_pods_logs_are_merged_with_their_names() -> None:
 
 def test_an_api_server_that_does_not_answer_is_one_line(tmp_path: Path) -> None:
     from kuberl.client import RLJobClient, UnreachableError
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
     from kuberl.operator.testing.credentials import write_kubeconfig
 
     ca = tmp_path / "ca.crt"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kuberl.operator.main import JOBSET_INSTALL
+from kuberl.operator.control.manager import JOBSET_INSTALL
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "kuberl"

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kuberl.operator import kube_types_codegen
+from kuberl.operator.codegen import kube_types as kube_types_codegen
 from kuberl.operator.api import RLJobSpec
 from kuberl.operator.api.kube_grammar import (
     generate_name_errors,
@@ -21,7 +21,7 @@ from kuberl.operator.api.kube_grammar import (
     parse_quantity,
     qualified_name_errors,
 )
-from kuberl.operator.crd import crd_yaml
+from kuberl.operator.api.crd import crd_yaml
 
 REPO = Path(__file__).parent.parent
 
@@ -88,7 +88,7 @@ def test_image_references_follow_distribution_reference(image: str, ok: bool) ->
 def test_generated_kube_types_match_the_kubernetes_client(repo: Path) -> None:
     on_disk = (repo / "operator" / "api" / "kube_types.py").read_text()
     assert on_disk == kube_types_codegen.generate(), (
-        "operator/api/kube_types.py is stale: run .venv/bin/python -m kuberl.operator.kube_types_codegen > operator/api/kube_types.py"
+        "operator/api/kube_types.py is stale: run .venv/bin/python -m kuberl.operator.codegen.kube_types > operator/api/kube_types.py"
     )
 
 

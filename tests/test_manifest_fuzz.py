@@ -18,7 +18,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kuberl.operator.manifest import ManifestError, read_documents, rljobs_from_text
+from kuberl.operator.validation.manifest import ManifestError, read_documents, rljobs_from_text
 
 ROOT = Path(__file__).parent.parent
 SEEDS = [

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.operator.cluster_rules import cluster_problems
+from kuberl.operator.validation.cluster_rules import cluster_problems
 from kuberl.operator.testing.corpus import for_local_run, rljob_files
-from kuberl.operator.manifest import ManifestError, load_rljob_documents, load_rljobs, parse_rljob, read_documents
+from kuberl.operator.validation.manifest import ManifestError, load_rljob_documents, load_rljobs, parse_rljob, read_documents
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = Path(__file__).parent / "manifests"
@@ -22,7 +22,7 @@ EXAMPLES = rljob_files(Path(__file__).parent.parent / "examples")
 def load_for_target(path: Path, cluster: bool) -> list:
     """The RLJobs of a file checked as `kuberl validate` checks them (`--local` when not `cluster`), with the
     flags of its `# validate-args:` line (the chart's admission allow-lists, as `kuberl validate --allow-*`)."""
-    from kuberl.operator.cli import _admission_policy, build_parser
+    from kuberl.operator.cli.commands import _admission_policy, build_parser
 
     found = re.search(r"^# validate-args: (.*)$", path.read_text(), flags=re.M)
     policy = _admission_policy(build_parser().parse_args(["validate", *(found.group(1).split() if found else []), str(path)]))

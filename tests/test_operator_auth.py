@@ -7,7 +7,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
-from kuberl.operator.main import bearer_token
+from kuberl.operator.control.manager import bearer_token
 
 
 def test_in_cluster_token_is_read_through_the_loader_and_its_lower_case_prefix_dropped(tmp_path: Path) -> None:

@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from kuberl.operator.api import RLJobStatus
-from kuberl.operator.children import LABEL_JOB, LABEL_ROLE, OperatorSettings
-from kuberl.operator.manifest import load_rljobs
-from kuberl.operator.ownership import name_conflicts
-from kuberl.operator.planner import plan
-from kuberl.operator.reconcile import Observed, decide
-from kuberl.operator.reconcile.conflicts import NAME_CONFLICT, with_name_conflicts
-from kuberl.operator.reconcile.progress_bounds import MAX_REPORT_BYTES, OutOfBounds, bounded_report
-from kuberl.operator.reconcile.reading import apply_progress
+from kuberl.operator.control.children import LABEL_JOB, LABEL_ROLE, OperatorSettings
+from kuberl.operator.validation.manifest import load_rljobs
+from kuberl.operator.control.ownership import name_conflicts
+from kuberl.operator.control.planner import plan
+from kuberl.operator.control.reconcile import Observed, decide
+from kuberl.operator.control.reconcile.conflicts import NAME_CONFLICT, with_name_conflicts
+from kuberl.operator.control.reconcile.progress_bounds import MAX_REPORT_BYTES, OutOfBounds, bounded_report
+from kuberl.operator.control.reconcile.reading import apply_progress
 
 from .label_selectors import selects
 

@@ -3,7 +3,7 @@ names the job and its namespace and a deleted job leaves nothing behind."""
 
 from __future__ import annotations
 
-from kuberl.operator.controller import OperatorMetrics
+from kuberl.operator.control.controller import OperatorMetrics
 
 
 def samples(metrics: OperatorMetrics, name: str) -> dict[tuple[tuple[str, str], ...], float]:

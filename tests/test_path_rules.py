@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from kuberl.engine.config.model import ModelSpec
 from kuberl.operator.api.pods import under
-from kuberl.operator.cluster_rules import cluster_problems
-from kuberl.operator.manifest import parse_rljob
+from kuberl.operator.validation.cluster_rules import cluster_problems
+from kuberl.operator.validation.manifest import parse_rljob
 
 
 @pytest.mark.parametrize(("path", "root", "inside"), [
@@ -39,7 +39,7 @@ def test_revisions_in_gits_ref_grammar_pass(revision: str) -> None:
                                       "x.lock/y", "main.", "@", "a@{1}", "a b", "a:b", "a~1", "a^", "a?", "a*", "a[", "a\\b",
                                       "a\x00b", "a\tb", "a\x7f"])
 def test_revisions_outside_gits_ref_grammar_are_refused(revision: str) -> None:
-    from kuberl.operator.manifest import ManifestError
+    from kuberl.operator.validation.manifest import ManifestError
 
     with pytest.raises(ValidationError):
         ModelSpec(hub_id="org/model", revision=revision)
@@ -64,7 +64,7 @@ def test_a_climbing_path_never_passes_the_cluster_check_of_its_mount() -> None:
                cache={"size": "1Gi"})
     assert not [p for p in cluster_problems(parse_rljob(job, "j.yaml"), "j.yaml") if p.path == "spec.data.train.path"]
     job["spec"]["data"]["train"]["path"] = "/data/../proc/self/environ"
-    from kuberl.operator.manifest import ManifestError
+    from kuberl.operator.validation.manifest import ManifestError
 
     with pytest.raises(ManifestError) as caught:
         parse_rljob(job, "j.yaml")
@@ -74,7 +74,7 @@ def test_a_climbing_path_never_passes_the_cluster_check_of_its_mount() -> None:
 
 @pytest.mark.parametrize("path", ["../x.jsonl", "data/../../x", "/a/..", "..", "\0", "/data/x\0y"])
 def test_local_paths_with_dot_dot_or_nul_are_refused(path: str) -> None:
-    from kuberl.operator.manifest import ManifestError
+    from kuberl.operator.validation.manifest import ManifestError
 
     with pytest.raises(ManifestError) as caught:
         parse_rljob(_job(data={"train": {"path": path}}), "j.yaml")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 
 from kuberl.operator.api import RLJob
-from kuberl.operator.manifest import load_rljobs, parse_rljob, read_documents
-from kuberl.operator.children import LABEL_JOB, LABEL_ROLE, OperatorSettings
-from kuberl.operator.planner import engine_config, plan
+from kuberl.operator.validation.manifest import load_rljobs, parse_rljob, read_documents
+from kuberl.operator.control.children import LABEL_JOB, LABEL_ROLE, OperatorSettings
+from kuberl.operator.control.planner import engine_config, plan
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 MANIFESTS = Path(__file__).parent / "manifests"

@@ -159,8 +159,8 @@ def test_a_plugin_step_is_registered_and_one_with_the_wrong_signature_refused(tm
 def _engine_config(tmp_path: Path, algorithm: dict, samples: int = 4):
     import yaml
 
-    from kuberl.operator.local_run import load_one
-    from kuberl.operator.planner import engine_config
+    from kuberl.operator.cli.local_run import load_one
+    from kuberl.operator.control.planner import engine_config
 
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump({"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "j"}, "spec": {

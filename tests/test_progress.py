@@ -8,7 +8,7 @@ from kuberl.engine.config import ProgressReport
 from kuberl.engine.runtime.progress import ETA_MIN_STEPS, ProgressTracker, eta_seconds, progress_report
 from kuberl.operator.api import RLJobStatus
 from kuberl.operator.api.status import progress_percent
-from kuberl.operator.reconcile.reading import apply_progress
+from kuberl.operator.control.reconcile.reading import apply_progress
 
 # --- the ETA: a pure function of the recent step times and the steps left -----------------------------
 

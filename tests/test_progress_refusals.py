@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from kuberl.operator.api import RLJobStatus
-from kuberl.operator.manifest import load_rljobs
-from kuberl.operator.reconcile import Observed, decide
-from kuberl.operator.reconcile.progress_bounds import (MAX_REFUSAL_CHARS, MAX_REFUSALS_REPORTED, check_report,
+from kuberl.operator.validation.manifest import load_rljobs
+from kuberl.operator.control.reconcile import Observed, decide
+from kuberl.operator.control.reconcile.progress_bounds import (MAX_REFUSAL_CHARS, MAX_REFUSALS_REPORTED, check_report,
                                                        report_refusal)
 
 EXAMPLES = Path(__file__).parent.parent / "examples"

@@ -10,9 +10,9 @@ import pytest
 from kuberl.engine.config import CheckpointStatus, ProgressReport
 from kuberl.engine.config.termination import TrainerFailure
 from kuberl.operator.api import RLJob, RLJobStatus
-from kuberl.operator.children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
-from kuberl.operator.manifest import load_rljobs
-from kuberl.operator.reconcile import Observed, decide
+from kuberl.operator.control.children import JOBSET_RESTART_LABEL, LABEL_ROLE, PREEMPTIONS_BEFORE, RESTARTS_BEFORE
+from kuberl.operator.validation.manifest import load_rljobs
+from kuberl.operator.control.reconcile import Observed, decide
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
@@ -236,7 +236,7 @@ def test_preemptions_count_on_from_the_jobset_before() -> None:
 def test_a_jobs_workloads_are_those_its_jobset_owns_by_uid() -> None:
     """A Workload left by an earlier JobSet of the same name (the job deleted and made again before the
     garbage collector took it) is not this job's: its quota state must not decide the new one's phase."""
-    from kuberl.operator.reconcile.reading import owned_by
+    from kuberl.operator.control.reconcile.reading import owned_by
 
     jobset = {"metadata": {"name": "ppo", "uid": "new"}}
     current = {"metadata": {"name": "jobset-ppo-a1", "ownerReferences": [{"kind": "JobSet", "name": "ppo", "uid": "new"}]}}

@@ -11,8 +11,8 @@ from kuberl.engine.config.algorithm import AlgorithmSpec
 from kuberl.engine.config.rollout import RolloutSpec
 from kuberl.engine.runtime.rl import recomputes_old_logprobs
 from kuberl.engine.config.topology import policy_temperature
-from kuberl.operator.local_run import load_one
-from kuberl.operator.planner import engine_config
+from kuberl.operator.cli.local_run import load_one
+from kuberl.operator.control.planner import engine_config
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

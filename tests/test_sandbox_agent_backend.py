@@ -15,14 +15,14 @@ import pytest
 import yaml
 
 from kuberl.operator.api import RLJobStatus
-from kuberl.operator.children import LABEL_JOB, OperatorSettings
-from kuberl.operator.controller import CHILD_API_VERSIONS, CHILD_KINDS
-from kuberl.operator.manifest import ManifestError, parse_rljob
-from kuberl.operator.planner import plan
-from kuberl.operator.reconcile.context import Decision
-from kuberl.operator.reconcile.missing_api import MISSING_API, with_missing_apis
-from kuberl.operator.reconcile.sandbox import WARM_POOL_KIND, sandbox_deletions
-from kuberl.operator.sandbox_address import AGENT_SANDBOX_EXTENSIONS_API_VERSION, LABEL_SANDBOX
+from kuberl.operator.control.children import LABEL_JOB, OperatorSettings
+from kuberl.operator.control.controller import CHILD_API_VERSIONS, CHILD_KINDS
+from kuberl.operator.validation.manifest import ManifestError, parse_rljob
+from kuberl.operator.control.planner import plan
+from kuberl.operator.control.reconcile.context import Decision
+from kuberl.operator.control.reconcile.missing_api import MISSING_API, with_missing_apis
+from kuberl.operator.control.reconcile.sandbox import WARM_POOL_KIND, sandbox_deletions
+from kuberl.operator.control.sandbox_address import AGENT_SANDBOX_EXTENSIONS_API_VERSION, LABEL_SANDBOX
 
 from .label_selectors import selects
 

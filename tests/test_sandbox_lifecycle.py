@@ -13,11 +13,11 @@ import yaml
 
 from kuberl.operator.api import RLJob, RLJobStatus
 from kuberl.operator.api.status import InitializationStatus
-from kuberl.operator.children import OperatorSettings
-from kuberl.operator.manifest import parse_rljob
-from kuberl.operator.planner import plan
-from kuberl.operator.reconcile import Observed, decide
-from kuberl.operator.reconcile.sandbox import sandbox_deletions
+from kuberl.operator.control.children import OperatorSettings
+from kuberl.operator.validation.manifest import parse_rljob
+from kuberl.operator.control.planner import plan
+from kuberl.operator.control.reconcile import Observed, decide
+from kuberl.operator.control.reconcile.sandbox import sandbox_deletions
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "ppo-cluster" / "rljob.yaml"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)

@@ -15,12 +15,12 @@ import yaml
 from kuberl.engine.agents.sandbox_protocol import DEFAULT_PORT, SANDBOX_URL_ENV as ENGINE_URL_ENV
 from kuberl.engine.agents.tools import BUILTIN_TOOLS as ENGINE_BUILTINS
 from kuberl.engine.config.multi_turn import BUILTIN_TOOLS, CODE_TOOLS
-from kuberl.operator.admission import AdmissionPolicy, admission_problems
-from kuberl.operator.children import LABEL_JOB, LABEL_ROLE, OperatorSettings
-from kuberl.operator.manifest import parse_rljob
-from kuberl.operator.planner import plan
-from kuberl.operator.pod_spec import CONTAINER_SECURITY, POD_SECURITY
-from kuberl.operator.sandbox_address import LABEL_SANDBOX, SANDBOX_PORT, SANDBOX_URL_ENV
+from kuberl.operator.validation.admission import AdmissionPolicy, admission_problems
+from kuberl.operator.control.children import LABEL_JOB, LABEL_ROLE, OperatorSettings
+from kuberl.operator.validation.manifest import parse_rljob
+from kuberl.operator.control.planner import plan
+from kuberl.operator.control.pod_spec import CONTAINER_SECURITY, POD_SECURITY
+from kuberl.operator.control.sandbox_address import LABEL_SANDBOX, SANDBOX_PORT, SANDBOX_URL_ENV
 
 from .label_selectors import selects
 
@@ -161,7 +161,7 @@ def test_a_sandbox_runtime_class_must_be_allowed_by_the_chart() -> None:
 @pytest.mark.parametrize("bad,field", [({"replicas": 0}, "replicas"), ({"memory": "lots"}, "memory"),
                                        ({"runtimeClassName": "Not_A_Name"}, "runtimeClassName"), ({"nodes": 2}, "nodes")])
 def test_bad_sandbox_settings_are_refused_naming_the_field(bad: dict[str, Any], field: str) -> None:
-    from kuberl.operator.manifest import ManifestError
+    from kuberl.operator.validation.manifest import ManifestError
 
     with pytest.raises(ManifestError) as refused:
         job(sandbox=copy.deepcopy(bad))
@@ -219,7 +219,7 @@ def test_dns_is_opened_only_when_asked_and_only_to_the_cluster_dns() -> None:
     ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress", ""),
 ])
 def test_bad_egress_is_refused_naming_the_field(egress: list[dict[str, Any]], field: str, words: str) -> None:
-    from kuberl.operator.manifest import ManifestError
+    from kuberl.operator.validation.manifest import ManifestError
 
     with pytest.raises(ManifestError) as refused:
         job(sandbox={"egress": egress})

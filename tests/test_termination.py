@@ -93,7 +93,7 @@ def _lose_a_peer(rank: int, port: int, said) -> None:
 def test_a_real_gloo_peer_loss_is_classified_peer_lost() -> None:
     import multiprocessing
 
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
 
     context = multiprocessing.get_context("fork")  # the target is a function of this test module
     said = context.Queue()

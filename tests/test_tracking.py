@@ -12,7 +12,7 @@ import pytest
 from kuberl.engine.config.tracking import TrackingSpec
 from kuberl.engine.tracking import RUN_IDS_FILE, Trackers, TrackingError, check_available, flat_params, tracked_scalars
 from kuberl.operator.testing.tracking_files import tensorboard_scalars, wandb_runs
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 
 def record(step: int) -> dict:

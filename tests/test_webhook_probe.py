@@ -55,7 +55,7 @@ def test_a_path_without_its_handler_yet_is_not_served(server) -> None:
 
 
 def test_a_closed_port_is_not_served(server) -> None:
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
 
     _, ca_pem = server
     assert not webhook_served(f"https://127.0.0.1:{free_port()}{SERVED}", ca_pem)

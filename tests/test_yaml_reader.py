@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kuberl.operator.manifest import ManifestError, read_documents, rljobs_from_text
-from kuberl.operator.yaml_reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, json_problems
+from kuberl.operator.validation.manifest import ManifestError, read_documents, rljobs_from_text
+from kuberl.operator.validation.yaml_reader import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, json_problems
 
 
 def _problem(text: str) -> str:

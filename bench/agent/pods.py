@@ -150,7 +150,7 @@ def host_claim(plane, namespace: str, claim: str, host: Path, read_only: bool = 
 def cluster_job(namespace: str, image: str) -> dict[str, Any]:
     """The manifest's RLJob as a cluster runs it: the same spec, its files on claims (model and tool on rl-files at
     /data, read-only; checkpoints, metrics and the trained model on rl-out at /out), the trainer image built here."""
-    from kuberl.operator.manifest import read_documents
+    from kuberl.operator.validation.manifest import read_documents
 
     [doc] = [d.content for d in read_documents(JOB.read_text(), str(JOB)) if d.content.get("kind") == "RLJob"]
     spec = doc["spec"]
@@ -181,7 +181,7 @@ def pod_logs(plane, namespace: str, selector: str) -> str:
 
 def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, str], evaluation: subprocess.Popen | None) -> dict:
     from kuberl.engine.models.resolve import model_folder
-    from kuberl.operator.manifest import load_rljobs
+    from kuberl.operator.validation.manifest import load_rljobs
     from kuberl.operator.testing.control_plane import start_control_plane
     from kuberl.operator.testing import node as node_module
     from kuberl.operator.testing.node import OPERATOR_NAMESPACE, node_users, remove_stale_nodes, start_node

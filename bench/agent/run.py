@@ -37,7 +37,7 @@ def evaluate(model: Path, job: Path = JOB) -> dict:
     from kuberl.engine.rollout.generation import Generator
     from kuberl.engine.rollout.multi_turn import MultiTurnRollout
     from kuberl.engine.rollout.vllm_backend import Sampling, VLLMRollout
-    from kuberl.operator.manifest import load_rljobs
+    from kuberl.operator.validation.manifest import load_rljobs
 
     [rljob] = load_rljobs(job)
     spec, data, rollout_spec = rljob.spec, rljob.spec.data, rljob.spec.rollout

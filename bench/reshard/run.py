@@ -97,7 +97,7 @@ def load_or_make(args: argparse.Namespace, config: dict) -> dict[str, torch.Tens
 def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, tg: int, workdir: Path) -> dict:
     from kuberl.engine.hybrid.plan import hybridflow_bytes, transfer_units
     from kuberl.engine.models.arch import LlamaArch
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
 
     config_path = workdir / f"{name}.json"
     config_path.write_text(json.dumps(config))

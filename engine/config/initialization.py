@@ -3,7 +3,7 @@
 On a cluster, one initializer pod (`kuberl initialize`) downloads every hub repository a job names
 into the cache volume before any trainer pod starts; the trainer pods then read the cache offline.
 The initializer writes an InitializationReport as JSON to its container's termination message, the
-operator reads it from the pod's status (operator/reconcile.py) with this same model, and copies it
+operator reads it from the pod's status (operator/control/reconcile.py) with this same model, and copies it
 into the RLJob's status. The engine never imports the operator; both import this.
 """
 

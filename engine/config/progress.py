@@ -2,7 +2,7 @@
 
 The controller rank writes a ProgressReport as JSON under PROGRESS_KEY in the job's progress
 ConfigMap (engine/runtime/progress.py); the operator reads it back with the same model and copies it
-into the RLJob's status (operator/reconcile.py). Both import it from here, so a key cannot be renamed
+into the RLJob's status (operator/control/reconcile.py). Both import it from here, so a key cannot be renamed
 on one side only; the engine still never imports the operator.
 """
 

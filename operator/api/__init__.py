@@ -1,6 +1,6 @@
 """The RLJob API (kuberl.dev/v1alpha1), defined once as pydantic models.
 
-The CRD in crds/ is generated from these models (kuberl.operator.crd); the engine's sections come
+The CRD in crds/ is generated from these models (kuberl.operator.api.crd); the engine's sections come
 from kuberl.engine.config and are embedded unchanged.
 """
 

@@ -1,7 +1,7 @@
 """Kubernetes types the RLJob embeds, generated from the kubernetes client 37.0.2's models.
 
-Do not edit: run `.venv/bin/python -m kuberl.operator.kube_types_codegen > operator/api/kube_types.py`
-(see kuberl.operator.kube_types_codegen for how and why).
+Do not edit: run `.venv/bin/python -m kuberl.operator.codegen.kube_types > operator/api/kube_types.py`
+(see kuberl.operator.codegen.kube_types for how and why).
 """
 
 from typing import Annotated, Any, Literal

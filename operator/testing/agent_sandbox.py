@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from ..ports import free_port
+from ..cli.ports import free_port
 from .control_plane import ControlPlane, ControlPlaneError, _http_ok, _spawn_argv, _tail, _terminate, _wait
 
 CONTROLLER = "agent-sandbox-controller"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..ports import free_port
+from ..cli.ports import free_port
 from .credentials import make_pki, write_kubeconfig
 
 # A pod with this annotation leaves Running: "succeed" -> Succeeded, "fail" -> Failed (exit code 1).

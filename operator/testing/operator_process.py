@@ -9,7 +9,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from ..ports import free_port
+from ..cli.ports import free_port
 from .waiting import eventually
 
 

@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-from ..ports import free_port
+from ..cli.ports import free_port
 from .control_plane import ControlPlane, ControlPlaneError, _http_ok, _spawn_argv, _tail, _terminate, _wait
 from .webhooks import serving_pki, webhook_configurations, webhook_served
 

@@ -11,7 +11,7 @@ import pytest
 from kuberl.engine.agents import build_tools
 from kuberl.engine.agents.calculator import evaluate, format_number
 from kuberl.engine.config.multi_turn import ToolSpec
-from kuberl.operator.manifest import load_rljobs
+from kuberl.operator.validation.manifest import load_rljobs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent-calculator-sandbox"
 

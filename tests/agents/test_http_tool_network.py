@@ -184,9 +184,9 @@ def test_the_connection_goes_to_the_address_that_was_checked(servers, monkeypatc
 def test_the_charts_networks_reach_the_tools_of_the_planned_pods(monkeypatch) -> None:
     """The operator's settings (the chart's tools.allowedNetworks) become the actor pods' environment, which the
     tools read: the contract between the planner and the engine, crossed."""
-    from kuberl.operator.children import OperatorSettings
-    from kuberl.operator.manifest import load_rljobs
-    from kuberl.operator.planner import plan
+    from kuberl.operator.control.children import OperatorSettings
+    from kuberl.operator.validation.manifest import load_rljobs
+    from kuberl.operator.control.planner import plan
 
     job = load_rljobs(Path(__file__).parents[2] / "examples" / "grpo-cluster" / "rljob.yaml")[0]
     job.metadata.namespace = "rl"

@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from kuberl.operator.admission import DEFAULT_VOLUME_SOURCES
+from kuberl.operator.validation.admission import DEFAULT_VOLUME_SOURCES
 from kuberl.operator.api import GROUP, PLURAL, VERSION
 from kuberl.operator.testing.rljobs import small_job, wait_phase
 from kuberl.operator.testing.waiting import eventually
@@ -235,7 +235,7 @@ def test_the_policy_is_rendered_with_the_chart_values(control_plane) -> None:
 
 
 def test_a_user_limited_to_named_secrets_is_checked_name_by_name_within_the_api_servers_budget(control_plane, tenants) -> None:
-    from kuberl.operator.admission import MAX_CHECKED_SECRET_REFERENCES
+    from kuberl.operator.validation.admission import MAX_CHECKED_SECRET_REFERENCES
 
     names = [f"named-{i}" for i in range(MAX_CHECKED_SECRET_REFERENCES + 1)]
     rbac = client.RbacAuthorizationV1Api(control_plane.api_client())

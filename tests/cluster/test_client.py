@@ -31,8 +31,8 @@ from kuberl.client import (
     WaitTimeoutError,
 )
 from kuberl.operator.api import RLJob
-from kuberl.operator.cli_jobs import duration
-from kuberl.operator.manifest import parse_rljob
+from kuberl.operator.cli.jobs import duration
+from kuberl.operator.validation.manifest import parse_rljob
 from kuberl.operator.testing.rljobs import eventually, fail_pod, live_pods, new_namespace, small_job, status, wait_phase
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -438,7 +438,7 @@ def test_the_operator_takes_kubeconfig_and_context(control_plane, rljob_crd, kub
     """$KUBECONFIG, and --context over a current context that points nowhere; a bad one is one line."""
     import urllib.request
 
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.ports import free_port
     from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE
 
     config = yaml.safe_load(kubeconfig.read_text())
@@ -501,7 +501,7 @@ def test_logs_previous_shows_the_failed_pod_of_the_last_attempt_after_it_is_gone
 def test_list_shows_every_job_it_can_read_and_warns_of_one_it_cannot(control_plane, operator, kubeconfig, tmp_path) -> None:
     """A job the API server took but this kuberl refuses (here: an option no estimator has; on a real cluster, another
     version's fields) hides no other job from `list`."""
-    from kuberl.operator.manifest import read_documents
+    from kuberl.operator.validation.manifest import read_documents
 
     ns = new_namespace(control_plane, "client-unreadable")
     bad = REPO / "tests" / "manifests" / "bad" / "advantage-option-unknown.yaml"

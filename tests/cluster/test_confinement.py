@@ -70,10 +70,10 @@ def test_every_job_has_a_network_policy_over_its_pods(control_plane, operator) -
 
 def test_a_name_taken_between_look_up_and_write_is_not_written_over(control_plane, operator) -> None:
     """The write after the look-up is conditional: created only if still absent, applied only to the uid looked up."""
-    from kuberl.operator.children import OperatorSettings
-    from kuberl.operator.controller import OperatorMetrics, Reconciler
-    from kuberl.operator.manifest import parse_rljob
-    from kuberl.operator.planner import plan
+    from kuberl.operator.control.children import OperatorSettings
+    from kuberl.operator.control.controller import OperatorMetrics, Reconciler
+    from kuberl.operator.validation.manifest import parse_rljob
+    from kuberl.operator.control.planner import plan
     from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE
 
     plane = control_plane

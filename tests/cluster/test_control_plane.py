@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.api import GROUP, PLURAL, VERSION
-from kuberl.operator.manifest import ManifestError, read_documents, load_rljobs
+from kuberl.operator.validation.manifest import ManifestError, read_documents, load_rljobs
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.waiting import eventually
 from kuberl.operator.testing.corpus import rljob_files

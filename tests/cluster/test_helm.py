@@ -138,15 +138,15 @@ def test_the_network_policy_value_reaches_the_operator(helm) -> None:
 
 def test_the_tool_networks_and_admission_values_reach_the_operators_settings(helm, monkeypatch) -> None:
     """The chart's values become the operator's flags, and those flags its settings (what the planner reads)."""
-    import kuberl.operator.main
-    from kuberl.operator.admission import AdmissionPolicy
-    from kuberl.operator.cli import build_parser
+    import kuberl.operator.control.manager
+    from kuberl.operator.validation.admission import AdmissionPolicy
+    from kuberl.operator.cli.commands import build_parser
 
     def settings(*options: str):
         [deployment] = [d for d in render(helm, *options) if d["kind"] == "Deployment"]
         args = build_parser().parse_args(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
         started = []  # the options `kuberl operator` would run the operator with, instead of running it
-        monkeypatch.setattr(kuberl.operator.main, "run", started.append)
+        monkeypatch.setattr(kuberl.operator.control.manager, "run", started.append)
         assert args.func(args) == 0
         return started[0].settings
 

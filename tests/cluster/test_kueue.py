@@ -137,10 +137,10 @@ def test_the_operators_cache_and_its_direct_reads_find_the_same_workload(control
     from concurrent.futures import ThreadPoolExecutor
 
     from kuberl.operator.api import GROUP, PLURAL, VERSION
-    from kuberl.operator.child_cache import ChildCache
-    from kuberl.operator.child_reader import ChildReader
-    from kuberl.operator.manifest import parse_rljob
-    from kuberl.operator.reconcile.reading import admitted
+    from kuberl.operator.control.child_cache import ChildCache
+    from kuberl.operator.control.child_reader import ChildReader
+    from kuberl.operator.validation.manifest import parse_rljob
+    from kuberl.operator.control.reconcile.reading import admitted
 
     plane = control_plane
     create(plane, NS, gpu_job("read"))

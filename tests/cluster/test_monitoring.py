@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from kuberl.operator.testing.operator_process import OperatorProcess
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 from kuberl.operator.testing.waiting import eventually
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -35,7 +35,7 @@ def prometheus_bin() -> Path:
 def exported_names() -> set[str]:
     """Every sample name our two exporters can emit."""
     from kuberl.engine.runtime.metrics import RunMetrics
-    from kuberl.operator.controller import OperatorMetrics
+    from kuberl.operator.control.controller import OperatorMetrics
 
     names: set[str] = set()
     for registry in (RunMetrics("x", None, None).registry, OperatorMetrics().registry):

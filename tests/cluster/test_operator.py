@@ -13,7 +13,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from kuberl.operator.api import GROUP, PLURAL, VERSION
-from kuberl.operator.manifest import read_documents
+from kuberl.operator.validation.manifest import read_documents
 from kuberl.operator.testing.control_plane import EXIT_ANNOTATION
 from kuberl.operator.testing.operator_process import TEST_TRAINER_IMAGE
 
@@ -315,10 +315,10 @@ def test_an_object_gone_while_applying_is_a_race_not_a_failure(control_plane, op
     reconciler looks again instead of failing with a traceback (seen once in CI, in the test above)."""
     from datetime import datetime, timezone
 
-    from kuberl.operator.controller import OperatorMetrics, Reconciler
-    from kuberl.operator.manifest import parse_rljob
-    from kuberl.operator.children import OperatorSettings
-    from kuberl.operator.reconcile import Observed, decide
+    from kuberl.operator.control.controller import OperatorMetrics, Reconciler
+    from kuberl.operator.validation.manifest import parse_rljob
+    from kuberl.operator.control.children import OperatorSettings
+    from kuberl.operator.control.reconcile import Observed, decide
 
     plane = control_plane
     ns = new_namespace(plane, "gone")

@@ -12,7 +12,7 @@ import transformers
 
 from kuberl.engine.hybrid.plan import buckets, hybridflow_bytes, received_bytes, transfer_units, wanted_tp_ranks
 from kuberl.engine.models.arch import LlamaArch
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 WORKER = Path(__file__).parent / "workers" / "reshard.py"
 

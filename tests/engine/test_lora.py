@@ -23,7 +23,7 @@ from kuberl.engine.config.lora import LoRASpec
 from kuberl.engine.models.loading import read_hf_state_dict
 from kuberl.engine.models.lora_layout import gather_adapter, init_pair, merged, shard_pair
 from kuberl.engine.models.arch import LlamaArch
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 from .rank_processes import wait_for_ranks
 
@@ -180,8 +180,8 @@ def test_a_lora_job_refuses_a_reference_on_ranks_of_its_own(tmp_path: Path) -> N
     import yaml
 
     from kuberl.engine.runtime.checks import ConfigError, check_supported
-    from kuberl.operator.local_run import load_one
-    from kuberl.operator.planner import engine_config
+    from kuberl.operator.cli.local_run import load_one
+    from kuberl.operator.control.planner import engine_config
 
     def config(ref: dict):
         job = tmp_path / "job.yaml"

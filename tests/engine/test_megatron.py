@@ -15,7 +15,7 @@ import torch
 import transformers
 
 from kuberl.engine.models.arch import LlamaArch
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 from kuberl.engine.models.convert import fuse_qkv, hf_to_megatron, megatron_to_hf, split_qkv
 
 from .rank_processes import wait_for_ranks

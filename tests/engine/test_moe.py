@@ -17,7 +17,7 @@ import transformers
 
 from kuberl.engine.models.arch import LlamaArch, UnsupportedModel
 from kuberl.engine.models.convert import hf_to_megatron, megatron_to_hf, unfuse_hf_experts
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 from .rank_processes import wait_for_ranks
 
@@ -231,7 +231,7 @@ def test_a_job_takes_moe_with_ep_and_refuses_the_layouts_it_cannot_train() -> No
 
     from kuberl.engine.models.support import check_model
     from kuberl.operator.api import RLJob
-    from kuberl.operator.planner import engine_config
+    from kuberl.operator.control.planner import engine_config
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "grpo-smollm2-arith.yaml").read_text())
     raw = moe_config("mixtral").to_dict()

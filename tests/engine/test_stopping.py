@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 RANK = '''
 import datetime, sys

@@ -186,7 +186,7 @@ def ppo(real_node, operator_release, built_images, volumes, hub, hub_token, tmp_
 
 def _variant(node, ppo: dict, name: str, **model) -> None:
     """Another RLJob like the example's, under `name`, its model changed by `model`."""
-    from kuberl.operator.manifest import read_documents  # YAML as kubectl reads it (1e-06 is a number)
+    from kuberl.operator.validation.manifest import read_documents  # YAML as kubectl reads it (1e-06 is a number)
 
     [doc] = [d.content for d in read_documents(ppo["rendered"], "overlay") if d.content.get("kind") == "RLJob"]
     doc["metadata"]["name"] = name

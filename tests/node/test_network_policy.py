@@ -17,10 +17,10 @@ import uuid
 
 import pytest
 
-from kuberl.operator.children import LABEL_JOB, LABEL_ROLE, Owner
-from kuberl.operator.network_policy import network_policy
-from kuberl.operator.sandbox_address import SANDBOX_PORT
-from kuberl.operator.sandbox_pods import network_policy as sandbox_network_policy, pod_labels as sandbox_labels
+from kuberl.operator.control.children import LABEL_JOB, LABEL_ROLE, Owner
+from kuberl.operator.control.network_policy import network_policy
+from kuberl.operator.control.sandbox_address import SANDBOX_PORT
+from kuberl.operator.control.sandbox_pods import network_policy as sandbox_network_policy, pod_labels as sandbox_labels
 from kuberl.operator.testing.waiting import eventually
 
 # A cold build of the enforcer (Go, from the module proxy) takes minutes beyond the usual test timeout.

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 from kuberl.operator.testing.cleanup import delete_namespace
 from kuberl.operator.testing.waiting import eventually
 

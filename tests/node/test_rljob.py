@@ -182,7 +182,7 @@ class TrainerPrometheus:
 
         import yaml
 
-        from kuberl.operator.ports import free_port
+        from kuberl.operator.cli.ports import free_port
 
         prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=600)
         assert prom.returncode == 0, prom.stderr

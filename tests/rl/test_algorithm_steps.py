@@ -51,9 +51,9 @@ ALGORITHMS = [{"klCoef": 0.01, **a} for a in ALGORITHMS]
 
 
 def test_every_preset_and_registered_entry_takes_a_real_step_dp2(make_job, tmp_path: Path) -> None:
-    from kuberl.operator.local_run import load_one
-    from kuberl.operator.planner import engine_config
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.local_run import load_one
+    from kuberl.operator.control.planner import engine_config
+    from kuberl.operator.cli.ports import free_port
 
     job, run = make_job(optimizer={"lr": 1e-3}, roles={"ref": {"colocateWith": "actor"}}, algorithm={"name": "grpo", "klCoef": 0.01})
     config = engine_config(load_one(job)).model_copy(update={"master_port": free_port()})

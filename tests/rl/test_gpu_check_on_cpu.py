@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 KUBERL = Path(sys.executable).parent / "kuberl"
 CHECK = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"

@@ -32,9 +32,9 @@ def taught_model(tiny_model: Path, tmp_path_factory) -> Path:
 
 def steps_of(model: Path, tmp_path: Path, algorithms: list[dict], roles: dict | None = None) -> list[dict]:
     """One real step of each algorithm on one rank of a multi-turn calculator job."""
-    from kuberl.operator.local_run import load_one
-    from kuberl.operator.planner import engine_config
-    from kuberl.operator.ports import free_port
+    from kuberl.operator.cli.local_run import load_one
+    from kuberl.operator.control.planner import engine_config
+    from kuberl.operator.cli.ports import free_port
 
     run = tmp_path / "run"
     job = tool_job(tmp_path / "job.yaml", model, run, algorithm=algorithms[0], roles=roles)

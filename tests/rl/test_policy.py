@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kuberl.operator.ports import free_port
+from kuberl.operator.cli.ports import free_port
 
 WORKER = Path(__file__).parent / "workers" / "policy_check.py"
 

@@ -130,7 +130,7 @@ def test_the_operator_reads_the_progress_the_engine_writes(tmp_path: Path) -> No
     from kuberl.engine.runtime import checkpoint as ckpt
     from kuberl.engine.runtime.progress import progress_report
     from kuberl.operator.api import RLJobStatus
-    from kuberl.operator.reconcile.reading import apply_progress
+    from kuberl.operator.control.reconcile.reading import apply_progress
 
     # A checkpoint committed as the engine commits it, reported as the controller rank reports it.
     ckpt.prepare(tmp_path, 5)

@@ -36,7 +36,7 @@ def _conversations(job: Path, tokenizer: Any, count: int, seed: int) -> list[tup
     from kuberl.engine.agents.calculator import evaluate, format_number
     from kuberl.engine.data import PromptEncoder
     from kuberl.engine.data.prompts import Example
-    from kuberl.operator.manifest import load_rljobs
+    from kuberl.operator.validation.manifest import load_rljobs
 
     [rljob] = load_rljobs(job)
     spec = rljob.spec

@@ -1,0 +1,1 @@
+"""The command line: every `kuberl` and `kubectl rl` verb, `kuberl run` on one machine, the smoke check."""
