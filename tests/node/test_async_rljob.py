@@ -66,7 +66,8 @@ def test_a_separate_placement_job_trains_one_version_behind_on_the_real_node(rea
                 name = pod["metadata"]["name"]
                 logs += f"--- {name}\n" + real_node.plane.kubectl("logs", name, "-n", namespace, "--tail=40", check=False).stdout
         assert status["phase"] == "Succeeded", json.dumps(status, indent=1)[-3000:] + logs
-        assert status["restarts"] == 0  # the actor's success ends the job; the controller stopped the fleet before it
+        # The actor's success ends the job; the controller stopped the fleet before it. A restart says why.
+        assert status["restarts"] == 0, json.dumps({k: status.get(k) for k in ("failures", "conditions")}, indent=1)[-3000:]
         steps = [r for r in volume.records() if "reward_mean" in r]
         assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
         # The bound held: no batch's oldest token more than one version behind, and after the first step every
