@@ -7,10 +7,11 @@ source with `ast`: no import is executed.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from kuberl.engine import LAYERS as ENGINE_LAYERS
+
+from .python_imports import resolved_imports
 
 ENGINE = Path(__file__).resolve().parent.parent / "engine"
 
@@ -26,22 +27,7 @@ def _folder(module: str) -> str | None:
 def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every kuberl.engine import of a file, relative ones resolved."""
     module = ["kuberl", "engine", *path.relative_to(ENGINE).with_suffix("").parts]
-    package = module if path.name == "__init__.py" else module[:-1]
-    if path.name == "__init__.py":
-        package = module[:-1]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-                names = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
-            else:
-                names = [node.module or ""]
-            found += [(node.lineno, n) for n in names]
-        elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names]
-    return [(line, name) for line, name in found if name.startswith("kuberl.engine")]
+    return [(line, name) for line, name in resolved_imports(path.read_text(), module) if name.startswith("kuberl.engine")]
 
 
 def test_every_engine_folder_is_a_layer() -> None:

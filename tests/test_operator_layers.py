@@ -7,10 +7,11 @@ an import inside a function counts as much as one at the top.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from kuberl.operator import LAYERS as OPERATOR_LAYERS
+
+from .python_imports import resolved_imports
 
 REPO = Path(__file__).resolve().parent.parent
 OPERATOR, CLIENT = REPO / "operator", REPO / "client"
@@ -36,20 +37,7 @@ def _layer(module: str) -> str | None:
 
 def _imports(source: str, module: list[str]) -> list[tuple[int, str]]:
     """(line, module) of every kuberl.operator and kuberl.client import in `module`'s source, relative ones resolved."""
-    package = module[:-1]
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-                names = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
-            else:
-                names = [node.module or ""]
-            found += [(node.lineno, n) for n in names]
-        elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names]
-    return [(line, name) for line, name in found if _layer(name) is not None]
+    return [(line, name) for line, name in resolved_imports(source, module) if _layer(name) is not None]
 
 
 def _sources() -> list[Path]:
