@@ -1,55 +1,27 @@
-"""One rank of a multi-turn job that runs one real step of each algorithm given (`RLRun.use_algorithm`,
-as workers/algorithm_steps.py does) and records what a metric cannot show: the advantage estimators
+"""One rank of a multi-turn job that runs one real step of each algorithm given (started and stepped
+by algorithm_steps.py's start and take_steps) and records what a metric cannot show: the advantage estimators
 the step called, and each trajectory of the batch it trained on, split by the loss mask of its packed
 row (the tokens the loss reads and those it does not) next to its conversation. Started like
 `kuberl run` starts its ranks; rank 0 writes one JSON record per step to --out."""
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
-import os
-from pathlib import Path
+from itertools import groupby
+
+from algorithm_steps import start, take_steps  # this folder is the script's sys.path[0]
 
 
 def runs(ids: list[int], mask: list[int]) -> list[tuple[int, list[int]]]:
     """Maximal runs of equal mask: (mask, ids)."""
-    out: list[tuple[int, list[int]]] = []
-    for token, m in zip(ids, mask):
-        if out and out[-1][0] == m:
-            out[-1][1].append(token)
-        else:
-            out.append((m, [token]))
-    return out
+    return [(m, [token for token, _ in run]) for m, run in groupby(zip(ids, mask), key=lambda pair: pair[1])]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--algorithms", required=True, help="a JSON list of algorithm specs (manifest names)")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
-    logging.basicConfig(level=logging.WARNING)
-    import torch
-
+    args, run, specs = start()
     import kuberl.engine.algorithms as A
-    from kuberl.engine.config.algorithm import AlgorithmSpec
-    from kuberl.engine.config.topology import EngineConfig
-    from kuberl.engine.distributed.role_worlds import join
-    from kuberl.engine.distributed.world import RankEnv, init_model_parallel
-    from kuberl.engine.runtime.rl import RLRun, Timer
     from kuberl.engine.steps.training_ops import TrainingOps
 
-    torch.set_num_threads(int(os.environ.get("KUBERL_THREADS", "1")))
-    env = RankEnv.from_environ()
-    config = EngineConfig.model_validate_json(Path(os.environ["KUBERL_CONFIG"]).read_text())
-    specs = [AlgorithmSpec.model_validate(raw, by_name=False, by_alias=True) for raw in json.loads(args.algorithms)]
-    world = join(env, config)
-    init_model_parallel(world.block.tp, world.block.pp, config.trainer.seed)
-    run = RLRun(config, world, Path(os.environ["KUBERL_RUN_DIR"]))
     tokenizer = run.tokenizer
-
     called: list[str] = []
     lookup = A.advantage_estimator
 
@@ -76,20 +48,12 @@ def main() -> None:
         return out
 
     TrainingOps.batch = batch
-    out = []
-    for spec in specs:
-        run.use_algorithm(spec)
+
+    def before() -> None:
         called.clear()
         trained.clear()
-        before = {k: v.clone() for k, v in run.actor.megatron_state().items()}
-        record = run.run_step(Timer())
-        run.step += 1
-        moved = any(not torch.equal(before[k], v) for k, v in run.actor.megatron_state().items())
-        out.append({"algorithm": spec.to_manifest(), "moved": moved, "estimators": list(called),
-                    "trajectories": list(trained), **record})
-    if env.rank == 0:
-        Path(args.out).write_text("\n".join(json.dumps(r) for r in out))
-    run.close()
+
+    take_steps(args, run, specs, observed=lambda: {"estimators": list(called), "trajectories": list(trained)}, before=before)
 
 
 if __name__ == "__main__":
