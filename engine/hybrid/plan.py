@@ -97,11 +97,11 @@ def transfer_units(arch: LlamaArch, tp: int, pp: int, ep: int = 1) -> list[Unit]
     def whole(stage: int, name: str, layer: int | None, shape: tuple[int, ...]) -> None:
         units.append(Unit(stage, name, layer, (Piece(stage, None, name, shape),)))
 
+    norms = [norm for norm, _ in layer_norms(arch)]  # input_layernorm first, as a layer computes them
     split(0, "embedding.word_embeddings.weight", None, (v, h), 0)
     for stage in range(pp):
         for local, layer in enumerate(stage_layers(arch, stage, pp)):
             m = MG_LAYER.format(local)
-            norms = [norm for norm, _ in layer_norms(arch)]  # input_layernorm first, as the layer computes them
             whole(stage, m + norms[0], layer, (h,))
             split(stage, m + "self_attention.linear_qkv.weight", layer, (arch.qkv_rows, h), 0)
             if arch.qkv_bias:
