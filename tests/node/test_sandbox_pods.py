@@ -1,4 +1,4 @@
-"""A job's python tool runs in its sandbox pods on the real node, not in the trainer pod.
+"""A job's python tool runs in its sandbox pods on the real node, not in the trainer pod, with either backend.
 
 The RLJob names the python tool and nothing else about sandboxes: the operator makes the J-sandbox
 Deployment, Service and NetworkPolicy, the trainer pods get KUBERL_SANDBOX_URL, and every call goes
@@ -8,18 +8,48 @@ on the job's claim) calls the python tool every turn with a snippet that reports
 and writes each result to the job's output volume: every call must have run in a sandbox pod (its
 PID 1 is the sandbox server, or bubblewrap's where the pod allows namespaces), with no
 ServiceAccount folder and none of the trainer's variables.
+
+Twice: with the default backend (the operator's Deployment) and with `sandbox.backend: agentSandbox`, where
+the real kubernetes-sigs agent-sandbox controller (built from the Go module proxy, run on the host against
+the node's plane as an admin installs it) makes the warm pool's Sandboxes and their pods from the operator's
+SandboxTemplate, and the calls reach them through the same Service on the real node's network.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
 from .test_cluster_examples import host_claim, records, volumes, wait_for, wait_phase  # noqa: F401  (volumes: a fixture)
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.fixture(scope="module")
+def node_agent_sandbox(real_node, tmp_path_factory):
+    """The agent-sandbox CRDs installed in the node's plane and its controller running, for this module."""
+    from kuberl.operator.testing.agent_sandbox import agent_sandbox_root, start_agent_sandbox
+    from kuberl.operator.testing.control_plane import ControlPlaneError
+
+    try:
+        root = agent_sandbox_root(REPO / "scripts" / "agent-sandbox-binaries.sh")
+        started = start_agent_sandbox(real_node.plane, tmp_path_factory.mktemp("agent-sandbox"), root)
+    except ControlPlaneError as exc:  # as for every binary of the suite (docs/testing.md): a failure, never a skip
+        pytest.fail(f"the agent-sandbox controller did not build or start: {exc}", pytrace=False)
+    yield started
+    log = started.log(lines=400)
+    started.stop()
+    assert "panic" not in log.lower(), log[-5000:]
+
+
+def ready_sandbox_pods(node, ns: str) -> list[dict]:
+    pods = json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", "kuberl.dev/sandbox=agent", "-o", "json").stdout)["items"]
+    return [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))]
 
 SNIPPET = (
     "import json, os\n"
@@ -60,9 +90,12 @@ TEMPLATE = ("{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_release, built_images, volumes) -> None:
+@pytest.mark.parametrize("backend", ["pods", "agentSandbox"])
+def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_release, built_images, volumes, backend, request) -> None:
     from kuberl.engine.models.tiny import make_tiny_model
 
+    if backend == "agentSandbox":
+        request.getfixturevalue("node_agent_sandbox")
     node, ns = real_node, f"sandbox-{uuid.uuid4().hex[:6]}"
     node.plane.kubectl("create", "namespace", ns)
     # As docs/security.md asks of an admin: every pod of the job, the sandbox pods too, passes Pod Security's restricted level.
@@ -85,7 +118,8 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
         "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/where_tools_run.py"}]},
         "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20,
                     "multiTurn": {"environment": "where_tools_run", "maxTurns": 2, "maxTotalTokens": 300,
-                                  # No sandbox section: the defaults (2 pods of 500m CPU and 1Gi) are what a job gets.
+                                  # Only the backend: the defaults (2 pods of 500m CPU and 1Gi) are what a job gets.
+                                  "sandbox": {"backend": backend},
                                   "tools": [{"name": "python", "timeoutSeconds": 20}]}},
         "reward": {"rules": [{"name": "math_answer"}]},
         "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
@@ -93,9 +127,7 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
                     "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 1}, "exportPath": "/out/final"},
         "monitoring": {"enabled": False}}}
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(job))
-    wait_for(node, ns, lambda: node.plane.kubectl("get", "deployment", "agent-sandbox", "-n", ns, "-o",
-                                                  "jsonpath={.status.readyReplicas}", check=False).stdout == "2",
-             300, "the sandbox pods ready")
+    wait_for(node, ns, lambda: len(ready_sandbox_pods(node, ns)) == 2, 300, "the sandbox pods ready")
     s = wait_phase(node, ns, "agent", "Succeeded")
     assert s["step"] == 1
     [step] = records(out / "metrics.jsonl")
@@ -104,6 +136,8 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
     # What the sandbox pods are: no token, no trainer variables, only the scratch volume.
     pods = json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", "kuberl.dev/sandbox=agent", "-o", "json").stdout)["items"]
     assert len(pods) == 2
+    # Who made them: the operator's Deployment (through its ReplicaSet), or agent-sandbox's Sandboxes.
+    assert {p["metadata"]["ownerReferences"][0]["kind"] for p in pods} == {"ReplicaSet" if backend == "pods" else "Sandbox"}
     for pod in pods:
         spec = pod["spec"]
         assert spec["automountServiceAccountToken"] is False
