@@ -118,6 +118,24 @@ def test_validate_local_reads_the_model_folders_config(kuberl_cli: str, tmp_path
     assert "larger than 1048576 bytes: not a model's config.json" in validate().stderr
 
 
+def test_kuberl_run_refuses_a_model_it_cannot_train_before_any_rank_starts(kuberl_cli: str, tmp_path) -> None:
+    import json
+    import subprocess
+
+    import yaml
+
+    repo = __import__("pathlib").Path(__file__).resolve().parent.parent
+    doc = yaml.safe_load((repo / "examples" / "grpo-smollm2-arith.yaml").read_text())
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(json.dumps({**QWEN3_06B, "model_type": "gemma2"}))
+    doc["spec"]["model"] = {"path": "model"}  # from the folder `kuberl run` runs in, as its ranks read it
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(doc))
+    run = subprocess.run([kuberl_cli, "run", "job.yaml", "--out", "out"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    assert "spec.model.path" in run.stderr and "'gemma2' is not a supported model family" in run.stderr, run.stderr
+    assert not (tmp_path / "out").exists()  # no rank started, no run folder made
+
+
 def test_a_job_names_a_mixture_of_experts_model_with_its_expert_layout() -> None:
     from kuberl.engine.config.lora import LoRASpec
     from kuberl.engine.config.topology import EngineConfig

@@ -22,8 +22,9 @@ from pathlib import Path
 from kuberl.engine.runtime.processes import forward_stop_signals, stop, wait_for_gang
 
 from ..api.resource import RLJob
-from ..validation.manifest import load_rljobs
+from ..validation.manifest import ManifestError, load_rljobs
 from ..control.planner import engine_config
+from .local_checks import local_model_problems
 from .ports import free_port
 
 PR_SET_PDEATHSIG = 1
@@ -54,6 +55,11 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     name = job.metadata.name
     if name is None:  # generateName alone: the API server names a job, nothing does here
         raise ValueError(f"{manifest}: `kuberl run` needs the job's metadata.name")
+    # The model folder, checked before any rank starts (as `kuberl validate --local` does); the ranks read a
+    # relative model.path from this process's folder, so it is checked from there.
+    problems = local_model_problems(job, str(manifest), Path.cwd())
+    if problems:
+        raise ManifestError(problems)
     config = engine_config(job)
     master_port = free_port()
     updates: dict = {"master_port": master_port}
