@@ -333,3 +333,46 @@ def test_a_pod_killed_outright_is_named_not_the_peer_its_loss_took_down() -> Non
     # A rank that failed by itself still comes before one killed outright.
     observed.pods.append(pod(1, phase="Failed", exit_code=2))
     assert "pod dpo-smollm2-actor-0-1-x (role actor) failed" in decide(demo(phase="Running"), observed, NOW).message
+
+
+def oom_pod(index: int, restart: int = 0, role: str = "actor", limit: str | None = "512Mi", phase: str = "Failed") -> dict:
+    p = pod(index, restart=restart, phase="Failed", exit_code=137, role=role)
+    p["status"]["phase"] = phase
+    p["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+    p["spec"] = {"containers": [{"name": "trainer", "resources": {"limits": {"memory": limit}} if limit else {}}]}
+    return p
+
+
+def test_an_out_of_memory_kill_ends_the_job_at_once_naming_the_pod_its_limit_and_what_to_change() -> None:
+    # The JobSet has not failed (its backoff is not spent): without this the gang would restart and be killed again.
+    observed = Observed(jobsets=[jobset(restarts=0)], pods=[oom_pod(1), pod(0, phase="Failed", exit_code=143)])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "OutOfMemory"
+    assert d.message.startswith("pod dpo-smollm2-actor-0-1-x (role actor): its trainer container was killed for running out of "
+                                "memory (limit 512Mi); not retried"), d.message
+    assert "roles.actor.resources.limits.memory" in d.message and "trainer.microBatchSize" in d.message
+    assert d.delete == ("jobset/dpo-smollm2",) and [e[1] for e in d.events] == ["OutOfMemory"]
+    [kept] = d.status.failures
+    assert (kept.attempt, kept.pod, kept.reason, kept.exit_code) == (0, "dpo-smollm2-actor-0-1-x", "OOMKilled", 137)
+    # The kubelet reports the container's end before the pod's phase: the kill is read, and kept, already then.
+    d = decide(demo(phase="Running"), Observed(jobsets=[jobset(restarts=0)], pods=[oom_pod(1, phase="Running")]), NOW)
+    assert d.status.conditions[-1].reason == "OutOfMemory" and [f.reason for f in d.status.failures] == ["OOMKilled"]
+
+
+def test_an_out_of_memory_kill_is_seen_after_jobset_restarted_the_gang_and_even_when_its_pod_is_gone() -> None:
+    # JobSet restarted at once: the killed pod is of the attempt before, and already deleted (as last seen).
+    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, restart=1, ready=False)], gone_pods=[oom_pod(0, role="critic", limit=None)])
+    d = decide(demo(phase="Running"), observed, NOW)
+    assert d.status.conditions[-1].reason == "OutOfMemory" and "no limit: the node ran out" in d.message
+    assert "roles.critic.resources.limits.memory" in d.message
+    assert [(f.attempt, f.role, f.reason) for f in d.status.failures] == [(0, "critic", "OOMKilled")]
+
+
+def test_only_an_oom_kill_ends_the_job_not_any_exit_137_and_not_one_of_an_older_attempt() -> None:
+    # A force-deleted or preempted pod's container exits 137 too: that is for a gang restart to mend.
+    killed = pod(0, phase="Failed", exit_code=137)
+    d = decide(demo(phase="Running"), Observed(jobsets=[jobset(restarts=1)], pods=[killed, pod(0, restart=1, ready=False)]), NOW)
+    assert d.status.phase == "Restarting"
+    # Two attempts back is not this decision's to make again (the job went on after it).
+    d = decide(demo(phase="Running"), Observed(jobsets=[jobset(restarts=2)], pods=[pod(0, restart=2)], gone_pods=[oom_pod(0)]), NOW)
+    assert d.status.phase != "Failed"

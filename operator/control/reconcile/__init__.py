@@ -13,6 +13,7 @@ it, and the last (running) always decides:
     creation        the JobSet, when there is none
     admission       Kueue: queued with no pod, or evicted and waiting again (its clock stopped)
     deadline        runPolicy.activeDeadlineSeconds, counted while the job may run
+    out_of_memory   a trainer container killed for its memory: ended, not restarted
     outcome         the JobSet completed, or failed after its last gang restart
     running         starting, running, restarting after a failed pod
 
@@ -38,6 +39,7 @@ from .creation import creation
 from .deadline import deadline
 from .finished import TERMINAL, finished
 from .initialization import initialization, is_initializer
+from .out_of_memory import out_of_memory
 from .outcome import outcome
 from .reading import apply_progress, evictions, of_attempt, restarts, role_counts
 from .running import running
@@ -46,7 +48,7 @@ from .suspension import suspension
 
 __all__ = ["CONDITION_TYPES", "INITIALIZED", "TERMINAL", "Decision", "Observed", "decide"]
 
-POLICIES = (finished, suspension, initialization, creation, admission, deadline, outcome)
+POLICIES = (finished, suspension, initialization, creation, admission, deadline, out_of_memory, outcome)
 
 
 def decide(job: RLJob, observed: Observed, now: datetime) -> Decision:

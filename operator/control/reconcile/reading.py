@@ -137,6 +137,12 @@ def _failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted((p for p in pods if p.get("status", {}).get("phase") == "Failed"), key=_blame_order)
 
 
+def attempt(pod: dict[str, Any], jobset: dict[str, Any]) -> int:
+    """The RLJob's attempt number the pod ran in (JobSet's count on the pod plus the restarts before this JobSet)."""
+    label = pod["metadata"].get("labels", {}).get(JOBSET_RESTART_LABEL, "0")
+    return _annotation(jobset, RESTARTS_BEFORE) + (int(label) if label.isdigit() else 0)
+
+
 def of_attempt(objects: list[dict[str, Any]], jobset: dict[str, Any] | None, back: int = 0) -> list[dict[str, Any]]:
     """The pods or Jobs of the JobSet's current restart attempt (`back` = 1: the one before it); all of them when
     there is no JobSet."""
@@ -196,9 +202,14 @@ def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict
         status.failures = [*status.failures, AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost",
                                                             message=job_says[:4096])][-MAX_FAILURES:]
         return
-    if not failed:
+    if failed:
+        record_pod(status, failed[0], ended)
+
+
+def record_pod(status: RLJobStatus, pod: dict[str, Any], ended: int) -> None:
+    """Keep `pod` as the one whose end ended attempt `ended`, with its container's last words (once per attempt)."""
+    if any(f.attempt == ended for f in status.failures):
         return
-    pod = failed[0]
     container = _terminated(pod)
     terminated = container[1] if container else {}
     raw = terminated.get("message") or ""
