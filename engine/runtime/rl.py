@@ -43,7 +43,7 @@ from ..distributed.role_worlds import RoleWorld
 from ..distributed.rollout_fleet import RolloutFleet
 from ..models.loading import export_hf_folder, read_hf_state_dict
 from ..steps import step_entry
-from ..steps.async_rollout import GenerationPipeline
+from ..steps.async_rollout import GenerationPipeline, InFlightRefused
 from ..steps.context import StepContext
 from ..steps.records import Rollout, Scores
 from ..training.losses import policy_loss_fn, value_loss_fn
@@ -169,6 +169,11 @@ class RLRun:
         self.loader.load_state_dict(state["loader"])
         self.step, self.updates = state["step"], state["updates"]
         ckpt.set_rng_state(state["rng"])
+        if self.pipeline is not None and "in_flight" in state:  # kept by a checkpoint of separate placement
+            try:
+                self.pipeline.restore(state["in_flight"])
+            except InFlightRefused as exc:
+                raise ckpt.CheckpointError(f"checkpoint {ckpt.step_dir(self.checkpoints, steps[-1])} refused: {exc}") from None
         if self.is_controller:
             self.last_checkpoint = ckpt.status(self.checkpoints, self.step)
             log.info("resumed from %s (step %d)", ckpt.step_dir(self.checkpoints, self.step), self.step)
@@ -176,10 +181,12 @@ class RLRun:
     def save(self) -> Path:
         """Every rank of the job writes its part, roles on ranks of their own too; the controller commits."""
         loader = self.loader.state_dict()
-        if self.pipeline is not None:  # batches on their way are asked for again by a resumed run
+        in_flight = None
+        if self.pipeline is not None:  # the batches on their way, waited for: a resumed run draws their prompts again
+            in_flight = self.pipeline.in_flight()
             loader = self.pipeline.loader_state(self.step, loader)
         state = {"actor": self.actor.state_dict(), "loader": loader, "step": self.step,
-                 "updates": self.updates, "rng": ckpt.rng_state()}
+                 "updates": self.updates, "rng": ckpt.rng_state(), **({"in_flight": in_flight} if in_flight is not None else {})}
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         if self.is_controller:
@@ -190,7 +197,7 @@ class RLRun:
         ckpt.write_part(self.checkpoints, self.step, self.rank, state)
         if self.fleet is not None and self.is_controller:
             # The rollout ranks hold nothing to resume (their engines start from the model, weights
-            # follow): the controller writes their parts, without waiting behind the batches on their way.
+            # follow; what they were generating is in the actor's parts): the controller writes their parts.
             for rank in self.fleet_ranks:
                 ckpt.write_part(self.checkpoints, self.step, rank, {"role": "rollout"})
         dist.barrier()

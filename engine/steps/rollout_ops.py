@@ -73,14 +73,16 @@ class RolloutOps:
         issued = run.pipeline.take(self.step, examples) if sampling is None else None
         if issued is not None:
             self._draws += 1
-            ticket, prompts = issued.ticket, issued.prompts
+            prompts = issued.prompts
+            with self.timer("rollout"):  # what the trainer waited for the fleet
+                completions = run.pipeline.completions(issued)
         else:
             prompts = [run.encoder.encode(e) for e in examples]
             with self.timer("weight_sync"):
                 run.fleet.sync(self.step)
             ticket = run.fleet.submit(prompts, sampling or self.sampling(), self.draw_seed())
-        with self.timer("rollout"):  # what the trainer waited for the fleet
-            completions = run.fleet.result(ticket)
+            with self.timer("rollout"):
+                completions = run.fleet.result(ticket)
         versions = [c.versions or () for c in completions]
         oldest = min((min(v) for v in versions if v), default=self.step)
         bound = run.pipeline.max_staleness

@@ -79,8 +79,9 @@ def run_job(kuberl_cli: str):
 @pytest.fixture
 def start_training(kuberl_cli: str):
     """`kuberl run` started and past its first step; gives the process and the ranks' pids."""
-    def start(job: Path, run: Path, preexec_fn=None) -> tuple[subprocess.Popen, dict[str, int]]:
-        proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run)], stdout=subprocess.PIPE,
+    def start(job: Path, run: Path, preexec_fn=None, threads: int | None = None) -> tuple[subprocess.Popen, dict[str, int]]:
+        proc = subprocess.Popen([kuberl_cli, "run", str(job), "--out", str(run), *(["--threads", str(threads)] if threads else [])],
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
         deadline = time.monotonic() + 300
         while not (run / "metrics.jsonl").exists():  # training is under way
