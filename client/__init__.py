@@ -28,6 +28,17 @@ from .jobs import RLJobClient
 from .operators import OperatorDeployment
 
 __all__ = [
-    "CRDNotInstalledError", "ClientError", "ConfigError", "ForbiddenError", "ImmutableFieldsError", "InvalidJobError",
-    "NoKubeconfigError", "NotFoundError", "OperatorDeployment", "PhaseError", "RLJobClient", "UnreachableError", "WaitTimeoutError",
+    "CRDNotInstalledError",
+    "ClientError",
+    "ConfigError",
+    "ForbiddenError",
+    "ImmutableFieldsError",
+    "InvalidJobError",
+    "NoKubeconfigError",
+    "NotFoundError",
+    "OperatorDeployment",
+    "PhaseError",
+    "RLJobClient",
+    "UnreachableError",
+    "WaitTimeoutError",
 ]

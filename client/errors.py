@@ -65,8 +65,10 @@ def problems_error(problems: list[Problem]) -> InvalidJobError:
 
 # --- the API server's answers -----------------------------------------------------------------------
 
-_REFUSED = re.compile(r'User "(?P<user>[^"]*)" cannot (?P<verb>\w+) resource "(?P<resource>[^"]+)"'
-                      r'(?: in API group "[^"]*")?(?: in the namespace "(?P<namespace>[^"]*)")?')
+_REFUSED = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\w+) resource "(?P<resource>[^"]+)"'
+    r'(?: in API group "[^"]*")?(?: in the namespace "(?P<namespace>[^"]*)")?'
+)
 
 
 def api_status(body: object) -> dict:
@@ -90,7 +92,10 @@ def forbidden(body: object, verb: str, resource: str, namespace: str | None) -> 
         namespace = found["namespace"] or namespace
         user = f" (user {found['user']})"
     if namespace is None:
-        return ForbiddenError(f"your user may not {verb} {resource} across all namespaces{user}: ask your cluster admin for a "
-                              "ClusterRole that grants it, or name a namespace (-n)")
-    return ForbiddenError(f"your user may not {verb} {resource} in namespace {namespace}{user}: ask your cluster admin for a "
-                          "Role that grants it")
+        return ForbiddenError(
+            f"your user may not {verb} {resource} across all namespaces{user}: ask your cluster admin for a "
+            "ClusterRole that grants it, or name a namespace (-n)"
+        )
+    return ForbiddenError(
+        f"your user may not {verb} {resource} in namespace {namespace}{user}: ask your cluster admin for a Role that grants it"
+    )

@@ -55,7 +55,7 @@ class RLJobClient:
         # An empty $KUBECONFIG is unset, as for kubectl (the kubernetes package would read a file named "").
         default = Path("~/.kube/config").expanduser()
         path = str(kubeconfig) if kubeconfig is not None else os.environ.get("KUBECONFIG") or None
-        in_cluster = (path is None and context is None and not default.exists() and os.environ.get("KUBERNETES_SERVICE_HOST"))
+        in_cluster = path is None and context is None and not default.exists() and os.environ.get("KUBERNETES_SERVICE_HOST")
         try:
             if in_cluster:
                 configuration = client.Configuration()
@@ -120,8 +120,9 @@ class RLJobClient:
         raw = {**{k: v for k, v in raw.items() if k != "status"}, "metadata": {**meta, "namespace": namespace}}
         name = job.metadata.name
         try:
-            created = self._call("create", namespace, lambda: self.custom.create_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, raw))
+            created = self._call(
+                "create", namespace, lambda: self.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, raw)
+            )
             return self._parse_live(created)
         except _Exists:
             pass
@@ -133,13 +134,22 @@ class RLJobClient:
         if changed:
             raise ImmutableFieldsError(
                 f"{', '.join(changed)} cannot change on the live RLJob {namespace}/{name} (only spec.runPolicy can): "
-                f"delete it first (kuberl delete {name}) or submit the job under another name")
+                f"delete it first (kuberl delete {name}) or submit the job under another name"
+            )
         wanted = job.spec.run_policy.to_manifest()
         if live.spec.run_policy.to_manifest() == wanted:
             return live  # nothing to change
         patch = [{"op": "add", "path": "/spec/runPolicy", "value": wanted}]  # add replaces a member that exists
-        return self._parse_live(self._call("patch", namespace, lambda: self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/json-patch+json"), name=name))
+        return self._parse_live(
+            self._call(
+                "patch",
+                namespace,
+                lambda: self.custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, patch, _content_type="application/json-patch+json"
+                ),
+                name=name,
+            )
+        )
 
     def get(self, name: str, namespace: str | None = None) -> RLJob:
         """The RLJob with its status, as the typed API model."""
@@ -149,8 +159,9 @@ class RLJobClient:
         """The RLJob exactly as the API server returns it (what `status -o yaml` prints): also a job whose fields this
         version of kuberl cannot read."""
         namespace = namespace or self.namespace
-        return self._call("get", namespace, lambda: self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name), name=name)
+        return self._call(
+            "get", namespace, lambda: self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name), name=name
+        )
 
     def list(self, all_namespaces: bool = False) -> list[RLJob]:
         """The namespace's RLJobs (with `all_namespaces`, every namespace's), by namespace and name."""
@@ -161,8 +172,9 @@ class RLJobClient:
         if all_namespaces:
             found = self._call("list", None, lambda: self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL))
         else:
-            found = self._call("list", self.namespace, lambda: self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL))
+            found = self._call(
+                "list", self.namespace, lambda: self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)
+            )
         found["items"] = sorted(found.get("items") or [], key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return found
 
@@ -172,10 +184,16 @@ class RLJobClient:
         from kubernetes import client
 
         apps = client.AppsV1Api(self.api_client)
-        found = self._call("list", namespace, lambda: (
-            apps.list_namespaced_deployment(namespace, label_selector=OPERATOR_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
-            if namespace else apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR,
-                                                                      _request_timeout=REQUEST_TIMEOUT)), resource="deployments")
+        found = self._call(
+            "list",
+            namespace,
+            lambda: (
+                apps.list_namespaced_deployment(namespace, label_selector=OPERATOR_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
+                if namespace
+                else apps.list_deployment_for_all_namespaces(label_selector=OPERATOR_SELECTOR, _request_timeout=REQUEST_TIMEOUT)
+            ),
+            resource="deployments",
+        )
         return sorted(map(OperatorDeployment.of, found.items), key=lambda d: (d.namespace, d.name))
 
     def wait(self, name: str, phase: str = "Succeeded", timeout: float | None = None, poll: float = 1.0) -> RLJobStatus:
@@ -192,12 +210,14 @@ class RLJobClient:
                 why = _current_condition(status)
                 raise PhaseError(f"{self.namespace}/{name} ended {status.phase}, not {phase}" + (f": {why}" if why else ""))
             if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeoutError(f"{self.namespace}/{name} is not {phase} after {timeout:g} s: it is "
-                                       f"{status.phase or 'not yet reconciled'}")
+                raise WaitTimeoutError(
+                    f"{self.namespace}/{name} is not {phase} after {timeout:g} s: it is {status.phase or 'not yet reconciled'}"
+                )
             time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
-    def logs(self, name: str, role: str | None = None, rank: int | None = None, follow: bool = False,
-             tail: int | None = None) -> Iterator[str]:
+    def logs(
+        self, name: str, role: str | None = None, rank: int | None = None, follow: bool = False, tail: int | None = None
+    ) -> Iterator[str]:
         """The log lines of the job's pods: of the pod that runs `rank` (a rank of the job's world), else of every
         pod of `role` ("actor", "critic", "ref", "reward", "rollout", or "initializer"), else of every trainer pod; lines of
         several pods are prefixed with "[POD] ". With `follow`, the lines keep coming until the pods end (and a job
@@ -207,8 +227,14 @@ class RLJobClient:
         if role is not None and role not in roles:
             raise NotFoundError(f"{self.namespace}/{name} has no pods of role {role} (its roles with pods: {', '.join(roles)})")
         while True:
-            pods = json.loads(self._call("list", self.namespace, lambda: self.core.list_namespaced_pod(
-                self.namespace, label_selector=f"{LABEL_JOB}={name}", _preload_content=False), resource="pods").data)["items"]
+            pods = json.loads(
+                self._call(
+                    "list",
+                    self.namespace,
+                    lambda: self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_JOB}={name}", _preload_content=False),
+                    resource="pods",
+                ).data
+            )["items"]
             chosen = L.select_pods(pods, role, rank)
             phase = job.status.phase if job.status else None
             if chosen or not follow or phase in TERMINAL or (rank is not None and L.select_pods(pods, role, None)):
@@ -234,22 +260,33 @@ class RLJobClient:
 
     def delete(self, name: str) -> None:
         """Delete the RLJob; the garbage collector removes its pods and other children (checkpoints on claims stay)."""
-        self._call("delete", self.namespace, lambda: self.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name), name=name)
+        self._call(
+            "delete",
+            self.namespace,
+            lambda: self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name),
+            name=name,
+        )
 
     # --- helpers --------------------------------------------------------------------------------
 
     def _set_suspend(self, name: str, suspend: bool) -> RLJob:
         body = {"spec": {"runPolicy": {"suspend": suspend}}}
-        return self._parse_live(self._call("patch", self.namespace, lambda: self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, name, body), name=name))
+        return self._parse_live(
+            self._call(
+                "patch",
+                self.namespace,
+                lambda: self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, body),
+                name=name,
+            )
+        )
 
     def _pod_log(self, pod: dict[str, Any], follow: bool, tail: int | None) -> Iterator[str]:
         name, container = L.pod_name(pod), L.container_of(pod)
         while True:
             try:
                 response = self.core.read_namespaced_pod_log(
-                    name, self.namespace, container=container, follow=follow, tail_lines=tail, _preload_content=False)
+                    name, self.namespace, container=container, follow=follow, tail_lines=tail, _preload_content=False
+                )
                 break
             except Exception as exc:
                 status = getattr(exc, "status", None)
@@ -290,8 +327,10 @@ class RLJobClient:
     def _namespace_of(self, job: RLJob, source: str) -> str:
         named = job.metadata.namespace
         if named and self._explicit_namespace and named != self.namespace:
-            raise InvalidJobError(f"{source}: metadata.namespace is {named}, but the namespace asked for is {self.namespace}: "
-                                  "drop one of them, or make them agree")
+            raise InvalidJobError(
+                f"{source}: metadata.namespace is {named}, but the namespace asked for is {self.namespace}: "
+                "drop one of them, or make them agree"
+            )
         return named or self.namespace
 
     def parse_live(self, raw: dict[str, Any]) -> RLJob:
@@ -309,7 +348,11 @@ class RLJobClient:
         try:
             return request()
         except Exception as exc:
-            if verb == "create" and getattr(exc, "status", None) == 409 and api_status(getattr(exc, "body", None)).get("reason") == "AlreadyExists":
+            if (
+                verb == "create"
+                and getattr(exc, "status", None) == 409
+                and api_status(getattr(exc, "body", None)).get("reason") == "AlreadyExists"
+            ):
                 raise _Exists() from None
             self._raise(exc, verb, namespace, resource=resource, name=name)
 
@@ -327,16 +370,19 @@ class RLJobClient:
         answer = api_status(body)
         message = answer.get("message") or (body.strip() if isinstance(body, str) else "") or str(getattr(exc, "reason", ""))
         if status == 401:
-            raise ClientError(f"the API server at {self.server} does not accept your credentials (401): log in again "
-                              "or check the kubeconfig's user") from None
+            raise ClientError(
+                f"the API server at {self.server} does not accept your credentials (401): log in again or check the kubeconfig's user"
+            ) from None
         if status == 403:
             raise forbidden(body, verb, resource, namespace) from None
         if status == 404:
             details = answer.get("details") or {}
             if resource == PLURAL and not answer:
                 # Not a Status but the mux's "404 page not found": the server has no rljobs resource at all.
-                raise CRDNotInstalledError(f"the {KIND} CRD is not installed in the cluster at {self.server}: helm install "
-                                           "the chart (helm/kuberl), or kubectl apply --server-side -f crds/") from None
+                raise CRDNotInstalledError(
+                    f"the {KIND} CRD is not installed in the cluster at {self.server}: helm install "
+                    "the chart (helm/kuberl), or kubectl apply --server-side -f crds/"
+                ) from None
             if details.get("kind") == "namespaces":
                 raise NotFoundError(f"namespace {details.get('name', namespace)} not found") from None
             if resource == "pods/log":  # the pod exists (it was just listed): its node does not serve the log

@@ -34,12 +34,20 @@ class OperatorDeployment:
         image = next((c.image for c in containers if c.name == "operator"), containers[0].image if containers else None)
         version = (meta.labels or {}).get(VERSION_LABEL) or image_tag(image)
         status = deployment.status
-        return cls(meta.namespace, meta.name, version, image, (status and status.ready_replicas) or 0,
-                   spec.replicas if spec and spec.replicas is not None else 1)
+        return cls(
+            meta.namespace,
+            meta.name,
+            version,
+            image,
+            (status and status.ready_replicas) or 0,
+            spec.replicas if spec and spec.replicas is not None else 1,
+        )
 
     def line(self) -> str:
-        return (f"operator: {self.version or 'unknown'} (Deployment {self.namespace}/{self.name}, image {self.image or '-'}, "
-                f"{self.ready}/{self.replicas} ready)")
+        return (
+            f"operator: {self.version or 'unknown'} (Deployment {self.namespace}/{self.name}, image {self.image or '-'}, "
+            f"{self.ready}/{self.replicas} ready)"
+        )
 
 
 def image_tag(image: str | None) -> str | None:

@@ -49,7 +49,9 @@ try:
 except PhaseError as exc:  # ended Failed: the message has the reason (a failed pod, a deadline, ...)
     sys.exit(f"error: {exc}")
 print(f"{name}: {status.phase} at step {status.step}/{status.total_steps} ({status.progress}%)")
-print(f"reward {status.metrics.reward_mean if status.metrics else None}, "
-      f"validation reward {status.validation_reward} at step {status.validation_step}")
+print(
+    f"reward {status.metrics.reward_mean if status.metrics else None}, "
+    f"validation reward {status.validation_reward} at step {status.validation_step}"
+)
 if status.last_checkpoint:
     print(f"last checkpoint: step {status.last_checkpoint.step} at {status.last_checkpoint.path}")

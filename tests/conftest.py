@@ -99,6 +99,10 @@ def rljob_crd(control_plane, schedulers) -> None:
     # Right after the apply the CRD may have no status.conditions yet, and `kubectl wait` then
     # fails at once ("<nil> is of the type <nil>") instead of waiting: ask until it answers.
     eventually(
-        lambda: control_plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev", "--timeout=60s", check=False).returncode == 0,
-        timeout=90, what="the RLJob CRD Established",
+        lambda: (
+            control_plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev", "--timeout=60s", check=False).returncode
+            == 0
+        ),
+        timeout=90,
+        what="the RLJob CRD Established",
     )

@@ -12,8 +12,12 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
         return False
     for e in selector.get("matchExpressions") or []:
         key, op, values = e["key"], e["operator"], e.get("values") or []
-        ok = {"In": key in labels and labels[key] in values, "NotIn": labels.get(key) not in values,
-              "Exists": key in labels, "DoesNotExist": key not in labels}[op]
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": labels.get(key) not in values,
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
         if not ok:
             return False
     return True

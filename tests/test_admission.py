@@ -52,13 +52,17 @@ def with_volume(source: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-@pytest.mark.parametrize("source", [
-    {"hostPath": {"path": "/"}},
-    {"hostPath": {"path": "/var/run/containerd/containerd.sock", "type": "Socket"}},
-    {"gitRepo": {"repository": "https://example.com/x.git"}},
-    {"nfs": {"server": "10.0.0.1", "path": "/"}},
-    {"iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0}},
-], ids=lambda s: next(iter(s)))
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"hostPath": {"path": "/"}},
+        {"hostPath": {"path": "/var/run/containerd/containerd.sock", "type": "Socket"}},
+        {"gitRepo": {"repository": "https://example.com/x.git"}},
+        {"nfs": {"server": "10.0.0.1", "path": "/"}},
+        {"iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0}},
+    ],
+    ids=lambda s: next(iter(s)),
+)
 def test_a_volume_that_reaches_the_node_or_a_server_is_refused_by_default_naming_the_chart_value(source: dict[str, Any]) -> None:
     kind = next(iter(source))
     [found] = problems(with_volume(source))
@@ -69,10 +73,17 @@ def test_a_volume_that_reaches_the_node_or_a_server_is_refused_by_default_naming
 
 @pytest.mark.parametrize("kind", DEFAULT_VOLUME_SOURCES)
 def test_the_default_volume_sources_pass(kind: str) -> None:
-    sources = {"persistentVolumeClaim": {"claimName": "c"}, "configMap": {"name": "m"}, "secret": {"secretName": "s"},
-               "emptyDir": {}, "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}},
-               "projected": {"sources": []}, "csi": {"driver": "x.example.com"}, "image": {"reference": "r.example/x:1"},
-               "downwardAPI": {"items": []}}
+    sources = {
+        "persistentVolumeClaim": {"claimName": "c"},
+        "configMap": {"name": "m"},
+        "secret": {"secretName": "s"},
+        "emptyDir": {},
+        "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}},
+        "projected": {"sources": []},
+        "csi": {"driver": "x.example.com"},
+        "image": {"reference": "r.example/x:1"},
+        "downwardAPI": {"items": []},
+    }
     assert problems(with_volume({kind: sources[kind]})) == []
 
 
@@ -86,8 +97,14 @@ def test_a_runtime_class_is_refused_unless_the_chart_lists_it() -> None:
     assert problems(doc, AdmissionPolicy(allowed_runtime_classes=("gvisor", "runc-privileged"))) == []
 
 
-@pytest.mark.parametrize("key", ["container.apparmor.security.beta.kubernetes.io/trainer", "seccomp.security.alpha.kubernetes.io/pod",
-                                 "container.seccomp.security.alpha.kubernetes.io/trainer"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "container.apparmor.security.beta.kubernetes.io/trainer",
+        "seccomp.security.alpha.kubernetes.io/pod",
+        "container.seccomp.security.alpha.kubernetes.io/trainer",
+    ],
+)
 def test_an_unconfining_annotation_is_refused_whatever_the_chart_allows(key: str) -> None:
     doc = base()
     doc["spec"]["roles"]["actor"]["annotations"] = {key: "unconfined", "example.com/team": "unconfined"}
@@ -98,11 +115,15 @@ def test_an_unconfining_annotation_is_refused_whatever_the_chart_allows(key: str
     assert problems(doc) == []
 
 
-@pytest.mark.parametrize("toleration", [
-    {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
-    {"operator": "Exists"},
-], ids=["control-plane", "master", "every-taint"])
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+        {"operator": "Exists"},
+    ],
+    ids=["control-plane", "master", "every-taint"],
+)
 def test_a_control_plane_toleration_is_refused_unless_the_chart_allows_it(toleration: dict[str, Any]) -> None:
     doc = base()
     doc["spec"]["roles"]["actor"]["tolerations"].append(toleration)
@@ -121,10 +142,14 @@ def test_sandbox_egress_is_refused_unless_the_chart_lists_the_network_as_written
     # Any pod of the namespace may wear a job's sandbox label and borrow the egress the job opens.
     doc = with_sandbox({"egress": [{"cidr": "203.0.113.0/24", "ports": [{"port": 443}]}, {"cidr": "10.0.0.0/8"}]})
     found = problems(doc)
-    assert [p.split(":")[0] for p in found] == ["spec.rollout.multiTurn.sandbox.egress[0].cidr", "spec.rollout.multiTurn.sandbox.egress[1].cidr"]
+    assert [p.split(":")[0] for p in found] == [
+        "spec.rollout.multiTurn.sandbox.egress[0].cidr",
+        "spec.rollout.multiTurn.sandbox.egress[1].cidr",
+    ]
     assert "(allowed: none)" in found[0] and "admission.allowedSandboxEgress" in found[0]
     assert [p.split(":")[0] for p in problems(doc, AdmissionPolicy(allowed_sandbox_egress=("203.0.113.0/24",)))] == [
-        "spec.rollout.multiTurn.sandbox.egress[1].cidr"]
+        "spec.rollout.multiTurn.sandbox.egress[1].cidr"
+    ]
     assert problems(doc, AdmissionPolicy(allowed_sandbox_egress=("203.0.113.0/24", "10.0.0.0/8"))) == []
     # A network inside an allowed one is still a different network: named as the chart lists it, or refused.
     assert problems(with_sandbox({"egress": [{"cidr": "10.1.0.0/16"}]}), AdmissionPolicy(allowed_sandbox_egress=("10.0.0.0/8",))) != []
@@ -159,15 +184,21 @@ def every_secret_reference() -> dict[str, Any]:
     spec["initializer"] = {"env": [{"name": "HTTPS_PROXY", "valueFrom": {"secretKeyRef": {"name": "s-initializer", "key": "url"}}}]}
     spec["volumes"] += [
         {"name": "secret", "secret": {"secretName": "s-volume"}},
-        {"name": "projected", "projected": {"sources": [{"configMap": {"name": "m"}}, {"secret": {"name": "s-projected-1"}},
-                                                        {"secret": {"name": "s-projected-2"}}]}},
+        {
+            "name": "projected",
+            "projected": {
+                "sources": [{"configMap": {"name": "m"}}, {"secret": {"name": "s-projected-1"}}, {"secret": {"name": "s-projected-2"}}]
+            },
+        },
         {"name": "csi", "csi": {"driver": "x.example.com", "nodePublishSecretRef": {"name": "s-csi"}}},
         {"name": "ceph", "cephfs": {"monitors": ["10.0.0.1"], "secretRef": {"name": "s-cephfs"}}},
     ]
     actor = spec["roles"]["actor"]
-    actor["env"] = [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "a"}}},
-                    {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "b"}}},
-                    {"name": "C", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "c"}}}]
+    actor["env"] = [
+        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "a"}}},
+        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "b"}}},
+        {"name": "C", "valueFrom": {"secretKeyRef": {"name": "s-env", "key": "c"}}},
+    ]
     actor["envFrom"] = [{"secretRef": {"name": "s-env-from"}}, {"configMapRef": {"name": "m"}}]
     spec["monitoring"]["tracking"] = [
         {"backend": "mlflow", "trackingUri": "https://mlflow.example.com", "tokenSecretRef": {"name": "s-mlflow", "key": "t"}},
@@ -176,26 +207,49 @@ def every_secret_reference() -> dict[str, Any]:
     return doc
 
 
-EVERY_SECRET = ["s-cephfs", "s-csi", "s-env", "s-env", "s-env-from", "s-initializer", "s-mlflow", "s-model", "s-projected-1",
-                "s-projected-2", "s-volume", "s-wandb"]
+EVERY_SECRET = [
+    "s-cephfs",
+    "s-csi",
+    "s-env",
+    "s-env",
+    "s-env-from",
+    "s-initializer",
+    "s-mlflow",
+    "s-model",
+    "s-projected-1",
+    "s-projected-2",
+    "s-volume",
+    "s-wandb",
+]
 
 
 def test_every_secret_a_job_can_name_is_found_with_its_field() -> None:
     refs = secret_references(parse_rljob(every_secret_reference(), "job.yaml").spec)
     assert sorted(r.name for r in refs) == EVERY_SECRET
     fields = {r.field for r in refs}
-    assert {"spec.model.tokenSecretRef", "spec.roles.actor.env[0].valueFrom.secretKeyRef", "spec.roles.actor.envFrom[0].secretRef",
-            "spec.volumes[2].secret", "spec.volumes[3].projected.sources[1].secret", "spec.volumes[4].csi.nodePublishSecretRef",
-            "spec.volumes[5].cephfs.secretRef", "spec.initializer.env[0].valueFrom.secretKeyRef",
-            "spec.monitoring.tracking[1].apiKeySecretRef"} <= fields
+    assert {
+        "spec.model.tokenSecretRef",
+        "spec.roles.actor.env[0].valueFrom.secretKeyRef",
+        "spec.roles.actor.envFrom[0].secretRef",
+        "spec.volumes[2].secret",
+        "spec.volumes[3].projected.sources[1].secret",
+        "spec.volumes[4].csi.nodePublishSecretRef",
+        "spec.volumes[5].cephfs.secretRef",
+        "spec.initializer.env[0].valueFrom.secretKeyRef",
+        "spec.monitoring.tracking[1].apiKeySecretRef",
+    } <= fields
 
 
 def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
     doc = every_secret_reference()
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(doc))
-    result = subprocess.run([sys.executable, "-m", "kuberl.operator.cli.commands", "validate", "--allow-volume-source", "cephfs", str(path)],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "kuberl.operator.cli.commands", "validate", "--allow-volume-source", "cephfs", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     needs = [line for line in result.stdout.splitlines() if "needs the cluster" in line]
     assert len(needs) == 2
@@ -203,7 +257,9 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
     assert "may get Secret " + ", ".join(sorted(set(EVERY_SECRET))) + " (the pods read them)" in needs[1]
     assert cluster_checks(parse_rljob(base(), "x").spec) == []
     # The same file without the flag: the chart value is named, and the exit status says it failed.
-    refused = subprocess.run([sys.executable, "-m", "kuberl.operator.cli.commands", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [sys.executable, "-m", "kuberl.operator.cli.commands", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert refused.returncode == 1 and "spec.volumes[5].cephfs" in refused.stderr and "admission.allowedVolumeSources" in refused.stderr
     assert "Traceback" not in refused.stderr
 
@@ -213,15 +269,22 @@ def test_validate_says_what_it_leaves_to_the_cluster(tmp_path: Path) -> None:
 
 def test_the_charts_policy_file_is_rendered_from_the_python_rules() -> None:
     assert (CHART / "files" / "admission-policy.json").read_text() == policy_json(), (
-        "regenerate: make crd (or .venv/bin/python -m kuberl.operator.codegen.admission_policy > helm/kuberl/files/admission-policy.json)")
+        "regenerate: make crd (or .venv/bin/python -m kuberl.operator.codegen.admission_policy > helm/kuberl/files/admission-policy.json)"
+    )
 
 
 def test_the_chart_values_are_the_python_contract() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]["admission"]["properties"]
     assert schema["allowedVolumeSources"]["items"]["enum"] == list(VOLUME_SOURCES)
     values = yaml.safe_load((CHART / "values.yaml").read_text())["admission"]
-    assert values == {"enabled": True, "allowedVolumeSources": [], "allowedRuntimeClasses": [], "allowControlPlaneTolerations": False,
-                      "allowedSandboxEgress": [], "allowSandboxDNS": False}
+    assert values == {
+        "enabled": True,
+        "allowedVolumeSources": [],
+        "allowedRuntimeClasses": [],
+        "allowControlPlaneTolerations": False,
+        "allowedSandboxEgress": [],
+        "allowSandboxDNS": False,
+    }
     assert policy()["defaults"]["volumeSources"] == list(DEFAULT_VOLUME_SOURCES)
     template = (CHART / "templates" / "admission-policy.yaml").read_text()
     assert all(f"- name: {name}" in template for name in CHART_VARIABLES)
@@ -274,34 +337,54 @@ def static_verdicts(doc: dict[str, Any], allowed: AdmissionPolicy) -> list[bool]
             variables[variable["name"]] = evaluate(variable["expression"], {**activation, "variables": _cel(variables)})
     static = [v for v in rendered["validations"] if "authorizer" not in v["expression"] and "mayGetEverySecret" not in v["expression"]]
     assert len(static) == 7
-    return [bool(evaluate(v["expression"], {**activation, "variables": _cel(variables)}))
-            for v in static]
+    return [bool(evaluate(v["expression"], {**activation, "variables": _cel(variables)})) for v in static]
 
 
 def _cel(variables: dict[str, Any]) -> celtypes.MapType:
-    return celtypes.MapType({celtypes.StringType(k): v if isinstance(v, (celtypes.ListType, celtypes.MapType)) else celpy.json_to_cel(v)
-                             for k, v in variables.items()})
+    return celtypes.MapType(
+        {
+            celtypes.StringType(k): v if isinstance(v, (celtypes.ListType, celtypes.MapType)) else celpy.json_to_cel(v)
+            for k, v in variables.items()
+        }
+    )
 
 
 def _admission_cases() -> list[tuple[str, dict[str, Any]]]:
-    cases = [(p.stem, read_documents(p.read_text(), str(p))[0].content)
-             for p in sorted((REPO / "tests" / "manifests" / "bad").glob("cluster-*.yaml"))
-             if "chart's admission policy refuses it" in p.read_text()]
+    cases = [
+        (p.stem, read_documents(p.read_text(), str(p))[0].content)
+        for p in sorted((REPO / "tests" / "manifests" / "bad").glob("cluster-*.yaml"))
+        if "chart's admission policy refuses it" in p.read_text()
+    ]
     assert len(cases) >= 7
     gvisor = base()
     gvisor["spec"]["roles"]["actor"]["runtimeClassName"] = "gvisor"
     egress = with_sandbox({"egress": [{"cidr": "203.0.113.0/24"}, {"cidr": "2001:db8::/32", "ports": [{"port": 443}]}], "dns": True})
-    return [*cases, ("base", base()), ("every-secret", every_secret_reference()), ("gvisor", gvisor), ("sandbox-egress", egress),
-            ("sandbox-no-egress", with_sandbox({}))]
+    return [
+        *cases,
+        ("base", base()),
+        ("every-secret", every_secret_reference()),
+        ("gvisor", gvisor),
+        ("sandbox-egress", egress),
+        ("sandbox-no-egress", with_sandbox({})),
+    ]
 
 
-@pytest.mark.parametrize("allowed", [
-    AdmissionPolicy(),
-    AdmissionPolicy(allowed_volume_sources=("hostPath", "cephfs"), allowed_runtime_classes=("gvisor",)),
-    AdmissionPolicy(allowed_volume_sources=("hostPath",), allowed_sandbox_egress=("203.0.113.0/24",), allow_sandbox_dns=True),
-    AdmissionPolicy(allowed_volume_sources=VOLUME_SOURCES, allowed_runtime_classes=("kata", "gvisor"), allow_control_plane_tolerations=True,
-                    allowed_sandbox_egress=("2001:db8::/32", "203.0.113.0/24"), allow_sandbox_dns=True),
-], ids=["defaults", "some", "some-egress", "everything"])
+@pytest.mark.parametrize(
+    "allowed",
+    [
+        AdmissionPolicy(),
+        AdmissionPolicy(allowed_volume_sources=("hostPath", "cephfs"), allowed_runtime_classes=("gvisor",)),
+        AdmissionPolicy(allowed_volume_sources=("hostPath",), allowed_sandbox_egress=("203.0.113.0/24",), allow_sandbox_dns=True),
+        AdmissionPolicy(
+            allowed_volume_sources=VOLUME_SOURCES,
+            allowed_runtime_classes=("kata", "gvisor"),
+            allow_control_plane_tolerations=True,
+            allowed_sandbox_egress=("2001:db8::/32", "203.0.113.0/24"),
+            allow_sandbox_dns=True,
+        ),
+    ],
+    ids=["defaults", "some", "some-egress", "everything"],
+)
 def test_the_policys_cel_and_kuberl_validate_agree(allowed: AdmissionPolicy) -> None:
     verdicts = {}
     for name, doc in _admission_cases():
@@ -344,9 +427,17 @@ def test_kuberl_submit_leaves_the_allow_lists_to_the_cluster() -> None:
 def test_the_operator_takes_the_charts_allow_lists_as_flags() -> None:
     from kuberl.operator.cli.commands import _admission_policy, build_parser
 
-    args = build_parser().parse_args(["operator", "--allow-volume-source=hostPath", "--allow-volume-source=nfs",
-                                      "--allow-runtime-class=gvisor", "--allow-control-plane-tolerations",
-                                      "--allow-sandbox-egress=203.0.113.0/24", "--allow-sandbox-dns"])
+    args = build_parser().parse_args(
+        [
+            "operator",
+            "--allow-volume-source=hostPath",
+            "--allow-volume-source=nfs",
+            "--allow-runtime-class=gvisor",
+            "--allow-control-plane-tolerations",
+            "--allow-sandbox-egress=203.0.113.0/24",
+            "--allow-sandbox-dns",
+        ]
+    )
     assert _admission_policy(args) == AdmissionPolicy(("hostPath", "nfs"), ("gvisor",), True, ("203.0.113.0/24",), True)
     assert _admission_policy(build_parser().parse_args(["operator"])) == AdmissionPolicy()
     with pytest.raises(SystemExit):  # a source that no PodSpec has is refused at once

@@ -11,7 +11,10 @@ from kuberl.engine.config.algorithm import AlgorithmName
 
 
 def close(actual, expected, tol=1e-5):
-    assert torch.allclose(torch.as_tensor(actual, dtype=torch.float32), torch.tensor(expected, dtype=torch.float32), atol=tol), (actual, expected)
+    assert torch.allclose(torch.as_tensor(actual, dtype=torch.float32), torch.tensor(expected, dtype=torch.float32), atol=tol), (
+        actual,
+        expected,
+    )
 
 
 def test_aggregation_modes():
@@ -152,8 +155,7 @@ def test_masked_whiten_zero_mean_unit_std():
 def test_gae_estimator_whitens_over_the_batch_by_default():
     # Two one-token responses, values 0, gamma = lambda = 1: raw advantages are the scores 1 and 3;
     # whitened over the batch (unbiased std sqrt(2)): -1/sqrt(2), +1/sqrt(2).
-    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 3.0]), group=torch.tensor([0, 1]),
-                               mask=torch.ones(2, 1), values=torch.zeros(2, 1))
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 3.0]), group=torch.tensor([0, 1]), mask=torch.ones(2, 1), values=torch.zeros(2, 1))
     gae = A.advantage_estimator("gae")
     raw = gae.fn(inputs, gamma=1.0, lam=1.0, whiten=False)
     assert torch.allclose(raw.advantages, torch.tensor([[1.0], [3.0]]))
@@ -165,8 +167,9 @@ def test_gae_estimator_whitens_over_the_batch_by_default():
 
 def test_kl_in_the_reward_is_subtracted_from_token_rewards():
     mask = torch.ones(1, 2)
-    inputs = A.AdvantageInputs(scores=torch.tensor([1.0]), group=torch.tensor([0]), mask=mask,
-                               values=torch.zeros(1, 2), kl_penalty=torch.tensor([[0.25, 0.5]]))
+    inputs = A.AdvantageInputs(
+        scores=torch.tensor([1.0]), group=torch.tensor([0]), mask=mask, values=torch.zeros(1, 2), kl_penalty=torch.tensor([[0.25, 0.5]])
+    )
     out = A.advantage_estimator("gae").fn(inputs, gamma=1.0, lam=1.0, whiten=False)
     # rewards [-0.25, 1 - 0.5]; Monte Carlo returns-to-go [0.25, 0.5]
     assert torch.allclose(out.advantages, torch.tensor([[0.25, 0.5]]))
@@ -180,9 +183,14 @@ def test_group_estimators_through_the_registry_equal_their_functions():
 
 
 def test_unknown_names_list_the_known_ones():
-    with pytest.raises(KeyError, match="known: gae, gdpo, gpg, grpo, grpo_passk, opo, optimal_token_baseline, reinforce_pp, remax, rloo, tir_optimal_token_baseline"):
+    with pytest.raises(
+        KeyError,
+        match="known: gae, gdpo, gpg, grpo, grpo_passk, opo, optimal_token_baseline, reinforce_pp, remax, rloo, tir_optimal_token_baseline",
+    ):
         A.advantage_estimator("gea")
-    with pytest.raises(KeyError, match="known: bypass, cispo, clip_cov, dpo, dppo_kl, dppo_tv, dro, gmpo, gpg, gspo, kl_cov, ppo_clip, sapo"):
+    with pytest.raises(
+        KeyError, match="known: bypass, cispo, clip_cov, dpo, dppo_kl, dppo_tv, dro, gmpo, gpg, gspo, kl_cov, ppo_clip, sapo"
+    ):
         A.policy_loss_entry("ppo")
 
 
@@ -216,7 +224,7 @@ def test_cli_lists_every_registered_entry(kuberl_cli):
     # Option names as a manifest spells them: camelCase, and GAE's lambda as ppo.gae spells it.
     assert "lambda=0.95, whiten=true" in out and "clipLow=0.2" in out and "clip_low" not in out and "lam=" not in out
     assert "needs: critic" in out and "needs: a greedy rollout per prompt" in out
-    assert "handleZeroTail=false" in out and "lossType=\"ppo_clip\", rolloutIs=\"token\", isThreshold=2.0" in out and "is_threshold" not in out
+    assert "handleZeroTail=false" in out and 'lossType="ppo_clip", rolloutIs="token", isThreshold=2.0' in out and "is_threshold" not in out
     for preset in ("dapo", "gspo", "cispo", "dr_grpo"):
         assert f"  {preset} " in out
 
@@ -299,8 +307,9 @@ def test_the_apis_catalog_is_generated_from_the_registries(repo):
 def test_explicit_choices_replace_the_presets_with_snake_case_options():
     from kuberl.engine.config.algorithm import AlgorithmSpec
 
-    spec = AlgorithmSpec.model_validate({"name": "grpo", "advantage": {"name": "opo"},
-                                         "policyLoss": {"name": "gspo", "options": {"clipHigh": 0.28}}}, by_name=False)
+    spec = AlgorithmSpec.model_validate(
+        {"name": "grpo", "advantage": {"name": "opo"}, "policyLoss": {"name": "gspo", "options": {"clipHigh": 0.28}}}, by_name=False
+    )
     choice = A.choice_of(spec)
     assert (choice.advantage, choice.advantage_options) == ("opo", {})
     assert (choice.policy_loss, choice.policy_loss_options) == ("gspo", {"clip_high": 0.28})

@@ -21,8 +21,12 @@ def test_seq_mean_token_sum_norm_divides_by_responses_times_width():
 
 
 def test_remax_subtracts_the_greedy_responses_reward():
-    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0]), group=torch.tensor([0, 1]),
-                               mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]), greedy_scores=torch.tensor([0.5, 0.5]))
+    inputs = A.AdvantageInputs(
+        scores=torch.tensor([1.0, 0.0]),
+        group=torch.tensor([0, 1]),
+        mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
+        greedy_scores=torch.tensor([0.5, 0.5]),
+    )
     out = A.advantage_estimator("remax").fn(inputs).advantages
     assert torch.allclose(out, torch.tensor([[0.5, 0.5], [-0.5, 0.0]]))
     assert A.advantage_estimator("remax").needs_greedy
@@ -30,8 +34,13 @@ def test_remax_subtracts_the_greedy_responses_reward():
 
 def test_remax_return_includes_the_kl_penalty_still_to_come():
     # Token rewards [-0.1, 1 - 0.1]: returns-to-go [0.8, 0.9]; minus greedy 0.5.
-    inputs = A.AdvantageInputs(scores=torch.tensor([1.0]), group=torch.tensor([0]), mask=torch.ones(1, 2),
-                               kl_penalty=torch.tensor([[0.1, 0.1]]), greedy_scores=torch.tensor([0.5]))
+    inputs = A.AdvantageInputs(
+        scores=torch.tensor([1.0]),
+        group=torch.tensor([0]),
+        mask=torch.ones(1, 2),
+        kl_penalty=torch.tensor([[0.1, 0.1]]),
+        greedy_scores=torch.tensor([0.5]),
+    )
     assert torch.allclose(A.advantage_estimator("remax").fn(inputs).advantages, torch.tensor([[0.3, 0.4]]))
 
 
@@ -57,7 +66,9 @@ def test_sapo_gate_on_policy_gives_the_plain_policy_gradient(advantage, tau, val
 
 def test_sapo_fades_the_gradient_far_from_the_old_policy():
     logp = torch.tensor([[0.0, 1.0]], requires_grad=True)  # ratios 1 and e against old log p 0
-    loss, _ = A.policy_loss_entry("sapo").fn(A.LossInputs(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2)), aggregation="seq_mean_token_sum")
+    loss, _ = A.policy_loss_entry("sapo").fn(
+        A.LossInputs(logp, torch.zeros(1, 2), torch.ones(1, 2), torch.ones(1, 2)), aggregation="seq_mean_token_sum"
+    )
     loss.backward()
     r = math.e
     sig = 1 / (1 + math.exp(-(r - 1)))
@@ -99,11 +110,14 @@ def test_kl_cov_penalises_the_tokens_of_largest_covariance():
     assert stats["cov_penalised_fraction"].item() == pytest.approx(1 / 3)
 
 
-@pytest.mark.parametrize("advantage,log_ratios,expected", [
-    (1.0, [0.1, 0.6], -math.exp((0.1 + 0.4) / 2)),    # A > 0: 0.6 is clipped to 0.4
-    (-1.0, [-0.1, -0.6], math.exp((-0.1 - 0.4) / 2)),  # A < 0: -0.6 is clipped to -0.4
-    (-1.0, [0.1, 0.6], math.exp((0.1 + 0.6) / 2)),     # A < 0 and rising: not clipped (pessimistic)
-])
+@pytest.mark.parametrize(
+    "advantage,log_ratios,expected",
+    [
+        (1.0, [0.1, 0.6], -math.exp((0.1 + 0.4) / 2)),  # A > 0: 0.6 is clipped to 0.4
+        (-1.0, [-0.1, -0.6], math.exp((-0.1 - 0.4) / 2)),  # A < 0: -0.6 is clipped to -0.4
+        (-1.0, [0.1, 0.6], math.exp((0.1 + 0.6) / 2)),  # A < 0 and rising: not clipped (pessimistic)
+    ],
+)
 def test_gmpo_is_the_clipped_geometric_mean_ratio(advantage, log_ratios, expected):
     old = torch.zeros(1, 2)
     loss, _ = A.policy_loss_entry("gmpo").fn(A.LossInputs(torch.tensor([log_ratios]), old, torch.full((1, 2), advantage), torch.ones(1, 2)))
@@ -122,18 +136,32 @@ def test_informative_groups_drops_equal_rewards_and_single_samples():
     assert informative_groups(scores, torch.tensor([0, 0, 1, 1, 2, 2, 3])) == [1]
 
 
-@pytest.mark.parametrize("name,advantage,options,loss,loss_options,step", [
-    ("dapo", "grpo", {}, "ppo_clip", {"clip_low": 0.2, "clip_high": 0.28, "aggregation": "token_mean"}, "dynamic_sampling"),
-    ("dr_grpo", "grpo", {"normalize_by_std": False}, "ppo_clip",
-     {"clip_low": 0.2, "clip_high": None, "aggregation": "seq_mean_token_sum_norm"}, "on_policy"),
-    ("gspo", "grpo", {}, "gspo", {}, "on_policy"),
-    ("cispo", "grpo", {}, "cispo", {}, "on_policy"),
-    ("dpo", "", {}, "dpo", {"beta": 0.1, "label_smoothing": 0.0}, "dpo"),
-])
+@pytest.mark.parametrize(
+    "name,advantage,options,loss,loss_options,step",
+    [
+        ("dapo", "grpo", {}, "ppo_clip", {"clip_low": 0.2, "clip_high": 0.28, "aggregation": "token_mean"}, "dynamic_sampling"),
+        (
+            "dr_grpo",
+            "grpo",
+            {"normalize_by_std": False},
+            "ppo_clip",
+            {"clip_low": 0.2, "clip_high": None, "aggregation": "seq_mean_token_sum_norm"},
+            "on_policy",
+        ),
+        ("gspo", "grpo", {}, "gspo", {}, "on_policy"),
+        ("cispo", "grpo", {}, "cispo", {}, "on_policy"),
+        ("dpo", "", {}, "dpo", {"beta": 0.1, "label_smoothing": 0.0}, "dpo"),
+    ],
+)
 def test_presets_fill_estimator_loss_and_step(name, advantage, options, loss, loss_options, step):
     choice = A.choice_of(AlgorithmSpec(name=name))
-    assert (choice.advantage, choice.advantage_options, choice.policy_loss, choice.policy_loss_options, choice.step) == \
-        (advantage, options, loss, loss_options, step)
+    assert (choice.advantage, choice.advantage_options, choice.policy_loss, choice.policy_loss_options, choice.step) == (
+        advantage,
+        options,
+        loss,
+        loss_options,
+        step,
+    )
 
 
 def test_dapo_keeps_an_explicit_clip_high_and_a_step_can_be_named():

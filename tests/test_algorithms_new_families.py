@@ -19,16 +19,22 @@ def t(x) -> torch.Tensor:
 
 
 def otb_inputs(mask, scores, probs, squares, group) -> A.AdvantageInputs:
-    return A.AdvantageInputs(scores=t(scores), group=torch.tensor(group), mask=t(mask), old_logprobs=torch.log(t(probs)),
-                             sum_pi_squared=t(squares))
+    return A.AdvantageInputs(
+        scores=t(scores), group=torch.tensor(group), mask=t(mask), old_logprobs=torch.log(t(probs)), sum_pi_squared=t(squares)
+    )
 
 
 # Two responses to one prompt (lengths 2 and 3, scores 1 and 2) and one alone (score 3).
 # w = 1 - 2 pi + S: row 0 [0.5, 0.8], row 1 [0.5, 0.5, 0.1]; W (cumulative): row 0 [0.5, 1.3], row 1 [0.5, 1.0, 1.1].
 # Returns-to-go: row 0 [1, 1], row 1 [2, 2, 2]. B_t = sum_i G W / sum_i W over the rows present at t:
 # B_0 = (0.5 + 1.0) / 1.0 = 1.5; B_1 = (1.3 + 2.0) / 2.3 = 33/23; B_2 = 2.2 / 1.1 = 2 (row 1 alone).
-OTB = ([[1, 1, 0], [1, 1, 1], [1, 0, 0]], [1.0, 2.0, 3.0], [[0.5, 0.25, 0.5], [0.5, 0.5, 0.8], [0.9, 0.5, 0.5]],
-       [[0.5, 0.3, 0.5], [0.5, 0.5, 0.7], [0.8, 0.5, 0.5]], [0, 0, 1])
+OTB = (
+    [[1, 1, 0], [1, 1, 1], [1, 0, 0]],
+    [1.0, 2.0, 3.0],
+    [[0.5, 0.25, 0.5], [0.5, 0.5, 0.8], [0.9, 0.5, 0.5]],
+    [[0.5, 0.3, 0.5], [0.5, 0.5, 0.7], [0.8, 0.5, 0.5]],
+    [0, 0, 1],
+)
 
 
 def test_optimal_token_baseline_on_hand_computed_values() -> None:
@@ -41,8 +47,11 @@ def test_optimal_token_baseline_on_hand_computed_values() -> None:
     tail = A.advantage_estimator("optimal_token_baseline").fn(otb_inputs(*OTB), handle_zero_tail=True).advantages
     assert float(tail[1, 2]) == pytest.approx(2.0) and torch.allclose(tail[:, :2], out.advantages[:, :2])
     # Uniform importance weights scale every W alike: the baselines do not move.
-    weighted = A.advantage_estimator("optimal_token_baseline").fn(
-        A.AdvantageInputs(**{**otb_inputs(*OTB).__dict__, "is_weights": torch.full((3, 3), 2.0)})).advantages
+    weighted = (
+        A.advantage_estimator("optimal_token_baseline")
+        .fn(A.AdvantageInputs(**{**otb_inputs(*OTB).__dict__, "is_weights": torch.full((3, 3), 2.0)}))
+        .advantages
+    )
     assert torch.allclose(weighted, out.advantages, atol=1e-5)
 
 
@@ -63,8 +72,13 @@ def test_gdpo_weighs_each_sources_normalised_reward() -> None:
     # One prompt, two samples. math [1, 0] -> GRPO (+-0.5 / 0.7071) = +-0.7071; format [0.2, 0.6] -> -+0.7071.
     # Weights 1 and 0.5: A = [0.7071 - 0.3536, -0.7071 + 0.3536] = +-0.3536, whitened over 2 tokens (std 0.5) -> +-0.7071.
     parts = {"math": t([1.0, 0.0]), "format": t([0.2, 0.6])}
-    inputs = A.AdvantageInputs(scores=t([1.1, 0.3]), group=torch.tensor([0, 0]), mask=torch.ones(2, 1), reward_parts=parts,
-                               reward_weights={"math": 1.0, "format": 0.5})
+    inputs = A.AdvantageInputs(
+        scores=t([1.1, 0.3]),
+        group=torch.tensor([0, 0]),
+        mask=torch.ones(2, 1),
+        reward_parts=parts,
+        reward_weights={"math": 1.0, "format": 0.5},
+    )
     assert torch.allclose(A.advantage_estimator("gdpo").fn(inputs).advantages, t([[0.7071], [-0.7071]]), atol=1e-3)
     # A weight of 2 on format reverses the sign: the weaker source is not drowned by the stronger's scale.
     flipped = A.AdvantageInputs(**{**inputs.__dict__, "reward_weights": {"math": 1.0, "format": 2.0}})
@@ -73,8 +87,11 @@ def test_gdpo_weighs_each_sources_normalised_reward() -> None:
 
 def test_reinforce_pp_gamma_discounts_the_return() -> None:
     # One response of 3 tokens, score 1 on the last: returns [0.81, 0.9, 1]; whitened (mean 0.9033, std 0.0950).
-    out = A.advantage_estimator("reinforce_pp").fn(A.AdvantageInputs(scores=t([1.0]), group=torch.tensor([0]), mask=torch.ones(1, 3)),
-                                                   gamma=0.9).advantages
+    out = (
+        A.advantage_estimator("reinforce_pp")
+        .fn(A.AdvantageInputs(scores=t([1.0]), group=torch.tensor([0]), mask=torch.ones(1, 3)), gamma=0.9)
+        .advantages
+    )
     returns = [0.81, 0.9, 1.0]
     m = sum(returns) / 3
     s = math.sqrt(sum((r - m) ** 2 for r in returns) / 2)
@@ -119,40 +136,51 @@ def test_bypass_reinforce_weighs_by_the_truncated_ratio_to_the_rollout() -> None
         A.policy_loss_entry("bypass").fn(loss_inputs([[-1.0]], [[-1.0]], [[1.0]]))
 
 
-@pytest.mark.parametrize("loss_type, aggregation, expected", [
-    # log p -1 against vLLM's [-1.5, -0.2, -1.0]: ratios e^0.5 (kept), e^-0.8 = 0.449 (outside [0.5, 2]: rejected), 1 (kept).
-    ("reinforce", "token_mean", 2 / 3),            # -A log p = 1 on the two kept tokens, over all three tokens
-    ("reinforce", "seq_mean_token_mean", 1.0),     # the response's mean over its kept tokens
-    ("ppo_clip", "token_mean", (-1.2 - 1.0) / 3),  # -min(r A, clip(r) A): e^0.5 clipped to 1.2, then 1
-])
+@pytest.mark.parametrize(
+    "loss_type, aggregation, expected",
+    [
+        # log p -1 against vLLM's [-1.5, -0.2, -1.0]: ratios e^0.5 (kept), e^-0.8 = 0.449 (outside [0.5, 2]: rejected), 1 (kept).
+        ("reinforce", "token_mean", 2 / 3),  # -A log p = 1 on the two kept tokens, over all three tokens
+        ("reinforce", "seq_mean_token_mean", 1.0),  # the response's mean over its kept tokens
+        ("ppo_clip", "token_mean", (-1.2 - 1.0) / 3),  # -min(r A, clip(r) A): e^0.5 clipped to 1.2, then 1
+    ],
+)
 def test_bypass_token_rejection_drops_a_token_from_the_numerator_only(loss_type, aggregation, expected) -> None:
     x = loss_inputs([[-1.0, -1.0, -1.0]], [[-9.0] * 3], [[1.0] * 3], rollout_logprobs=t([[-1.5, -0.2, -1.0]]))
-    loss, stats = A.policy_loss_entry("bypass").fn(x, loss_type=loss_type, rollout_is="none", rollout_rs="token_k1",
-                                                   rs_threshold=2.0, aggregation=aggregation)
+    loss, stats = A.policy_loss_entry("bypass").fn(
+        x, loss_type=loss_type, rollout_is="none", rollout_rs="token_k1", rs_threshold=2.0, aggregation=aggregation
+    )
     assert float(loss.detach()) == pytest.approx(expected, rel=1e-5)
     assert float(stats["rs_kept_fraction"]) == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize("mode, threshold", [
-    # Row 0: log-ratios [0.5, -0.5]; row 1: [2, 0].
-    ("seq_mean_k3", 1.0),  # k3 means: (0.1487 + 0.1065) / 2 = 0.128 kept; (e^2 - 3 + 0) / 2 = 2.19 rejected
-    ("seq_max_k2", 1.0),   # k2 maxima: 0.125 kept; 2.0 rejected
-    ("seq_sum_k1", 2.0),   # k1 = -l summed: 0 kept; -2, past log 2 = 0.69, rejected
-])
+@pytest.mark.parametrize(
+    "mode, threshold",
+    [
+        # Row 0: log-ratios [0.5, -0.5]; row 1: [2, 0].
+        ("seq_mean_k3", 1.0),  # k3 means: (0.1487 + 0.1065) / 2 = 0.128 kept; (e^2 - 3 + 0) / 2 = 2.19 rejected
+        ("seq_max_k2", 1.0),  # k2 maxima: 0.125 kept; 2.0 rejected
+        ("seq_sum_k1", 2.0),  # k1 = -l summed: 0 kept; -2, past log 2 = 0.69, rejected
+    ],
+)
 def test_bypass_sequence_rejection_drops_whole_responses(mode, threshold) -> None:
     x = loss_inputs([[-1.0, -1.0], [-1.0, -1.0]], [[-9.0] * 2] * 2, [[1.0] * 2] * 2, rollout_logprobs=t([[-1.5, -0.5], [-3.0, -1.0]]))
-    loss, stats = A.policy_loss_entry("bypass").fn(x, loss_type="reinforce", rollout_is="none", rollout_rs=mode,
-                                                   rs_threshold=threshold, aggregation="seq_mean_token_mean")
+    loss, stats = A.policy_loss_entry("bypass").fn(
+        x, loss_type="reinforce", rollout_is="none", rollout_rs=mode, rs_threshold=threshold, aggregation="seq_mean_token_mean"
+    )
     # Row 0's mean of -A log p is 1, row 1 adds nothing, and both rows count: 1 / 2.
     assert float(loss.detach()) == pytest.approx(0.5, rel=1e-5) and float(stats["rs_kept_fraction"]) == 0.5
 
 
-@pytest.mark.parametrize("level, logp, rollout", [
-    # token: ratios e^0.5 and e^-0.5; sequence: e^(0.2 + 0.2) and e^(-0.3 - 0.3), one per response. Either way
-    # the two weights stand in the ratio e : 1, and normalised to mean 1 they are 2 / (1 + e^-1) and 2 / (1 + e).
-    ("token", [[-1.0, -1.0]], [[-1.5, -0.5]]),
-    ("sequence", [[-1.0, -1.0], [-1.0, -1.0]], [[-1.2, -1.2], [-0.7, -0.7]]),
-])
+@pytest.mark.parametrize(
+    "level, logp, rollout",
+    [
+        # token: ratios e^0.5 and e^-0.5; sequence: e^(0.2 + 0.2) and e^(-0.3 - 0.3), one per response. Either way
+        # the two weights stand in the ratio e : 1, and normalised to mean 1 they are 2 / (1 + e^-1) and 2 / (1 + e).
+        ("token", [[-1.0, -1.0]], [[-1.5, -0.5]]),
+        ("sequence", [[-1.0, -1.0], [-1.0, -1.0]], [[-1.2, -1.2], [-0.7, -0.7]]),
+    ],
+)
 def test_bypass_batch_normalisation_gives_the_weights_mean_one(level, logp, rollout) -> None:
     adv = [[1.0, 0.0]] if level == "token" else [[1.0, 1.0], [0.0, 0.0]]
     x = loss_inputs(logp, [[-9.0] * 2] * len(logp), adv, rollout_logprobs=t(rollout))

@@ -272,10 +272,22 @@ def test_gdpo_singleton_enters_the_whitening_with_verls_value() -> None:
     near(out, after, tol=1e-5)
 
 
-PROBS = [[0.5, 0.2, 0.9, 0.4], [0.3, 0.6, 0.5, 0.5], [0.5, 0.5, 0.5, 0.5], [0.8, 0.1, 0.7, 0.5], [0.6, 0.5, 0.5, 0.5],
-         [0.25, 0.5, 0.75, 0.9]]
-SQUARES = [[0.4, 0.3, 0.85, 0.3], [0.2, 0.5, 0.4, 0.4], [0.3, 0.3, 0.3, 0.3], [0.7, 0.05, 0.6, 0.4], [0.45, 0.3, 0.3, 0.3],
-           [0.2, 0.35, 0.6, 0.82]]
+PROBS = [
+    [0.5, 0.2, 0.9, 0.4],
+    [0.3, 0.6, 0.5, 0.5],
+    [0.5, 0.5, 0.5, 0.5],
+    [0.8, 0.1, 0.7, 0.5],
+    [0.6, 0.5, 0.5, 0.5],
+    [0.25, 0.5, 0.75, 0.9],
+]
+SQUARES = [
+    [0.4, 0.3, 0.85, 0.3],
+    [0.2, 0.5, 0.4, 0.4],
+    [0.3, 0.3, 0.3, 0.3],
+    [0.7, 0.05, 0.6, 0.4],
+    [0.45, 0.3, 0.3, 0.3],
+    [0.2, 0.35, 0.6, 0.82],
+]
 
 
 @pytest.mark.parametrize("tail", [False, True])
@@ -304,9 +316,11 @@ def test_optimal_token_baseline_is_verls(tail: bool) -> None:
                     baseline = 0.0
             expected[i][k] = returns[i][k] - baseline
     out = A.advantage_estimator("optimal_token_baseline").fn(
-        inputs(old_logprobs=torch.log(t(PROBS)), sum_pi_squared=t(SQUARES)), handle_zero_tail=tail)
+        inputs(old_logprobs=torch.log(t(PROBS)), sum_pi_squared=t(SQUARES)), handle_zero_tail=tail
+    )
     near(out.advantages, expected, tol=1e-4)
     # Contiguous responses: the TIR variant aligns them alike (it takes the empty response out of its group).
     tir = A.advantage_estimator("tir_optimal_token_baseline").fn(
-        inputs(old_logprobs=torch.log(t(PROBS)), sum_pi_squared=t(SQUARES)), handle_zero_tail=tail)
+        inputs(old_logprobs=torch.log(t(PROBS)), sum_pi_squared=t(SQUARES)), handle_zero_tail=tail
+    )
     near(tir.advantages, expected, tol=1e-4)

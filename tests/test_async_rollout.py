@@ -8,16 +8,19 @@ import pytest
 from kuberl.engine.rollout.staleness import may_consume, staleness, staleness_metrics, steps_to_issue
 
 
-@pytest.mark.parametrize("step, issued, bound, total, expected", [
-    (0, -1, 0, 5, [0]),          # synchronous: each batch at its own step
-    (3, 2, 0, 5, [3]),
-    (0, -1, 1, 5, [0, 1]),       # one ahead: the next batch is asked for before this step's update
-    (1, 1, 1, 5, [2]),
-    (0, -1, 2, 5, [0, 1, 2]),
-    (3, 4, 2, 5, []),            # never past the last step
-    (4, 4, 1, 5, []),
-    (2, -1, 1, 5, [2, 3]),       # a resumed run asks again from its own step
-])
+@pytest.mark.parametrize(
+    "step, issued, bound, total, expected",
+    [
+        (0, -1, 0, 5, [0]),  # synchronous: each batch at its own step
+        (3, 2, 0, 5, [3]),
+        (0, -1, 1, 5, [0, 1]),  # one ahead: the next batch is asked for before this step's update
+        (1, 1, 1, 5, [2]),
+        (0, -1, 2, 5, [0, 1, 2]),
+        (3, 4, 2, 5, []),  # never past the last step
+        (4, 4, 1, 5, []),
+        (2, -1, 1, 5, [2, 3]),  # a resumed run asks again from its own step
+    ],
+)
 def test_steps_to_issue_stay_within_the_bound(step: int, issued: int, bound: int, total: int, expected: list[int]) -> None:
     assert list(steps_to_issue(step, issued, bound, total)) == expected
 
@@ -47,8 +50,11 @@ def test_staleness_metrics_count_tokens_by_distance() -> None:
     out = staleness_metrics(4, [(3, 3, 3), (4, 4), (2,)])
     assert out["staleness"] == 2.0
     assert out["staleness_mean"] == pytest.approx((3 * 1 + 2 * 0 + 1 * 2) / 6)
-    assert {k: v for k, v in out.items() if k.startswith("staleness_tokens/")} == \
-        {"staleness_tokens/0": 2.0, "staleness_tokens/1": 3.0, "staleness_tokens/2": 1.0}
+    assert {k: v for k, v in out.items() if k.startswith("staleness_tokens/")} == {
+        "staleness_tokens/0": 2.0,
+        "staleness_tokens/1": 3.0,
+        "staleness_tokens/2": 1.0,
+    }
     assert staleness_metrics(4, [()]) == {}
 
 
@@ -65,8 +71,10 @@ def _stream_rank(rank: int, size: int, port: int, out: dict) -> None:
     link = ObjectLink(store, "rollout", rank, size, timedelta(seconds=60))
     torch.manual_seed(0)
     tensors = {"a": torch.randn(3, 4), "b": torch.randn(5), "c": torch.randn(2, 2, 2)}
-    buckets = [WeightBucket(BucketHeader(("a", "b"), ((3, 4), (5,)), "float32"), torch.cat([tensors["a"].reshape(-1), tensors["b"]])),
-               WeightBucket(BucketHeader(("c",), ((2, 2, 2),), "float32"), tensors["c"].reshape(-1))]
+    buckets = [
+        WeightBucket(BucketHeader(("a", "b"), ((3, 4), (5,)), "float32"), torch.cat([tensors["a"].reshape(-1), tensors["b"]])),
+        WeightBucket(BucketHeader(("c",), ((2, 2, 2),), "float32"), tensors["c"].reshape(-1)),
+    ]
     if rank == 0:
         out["sent"] = send_buckets(link, buckets)
         out["header_bytes"] = sum(b.header.nbytes for b in buckets)
@@ -103,27 +111,63 @@ def _engine_config(algorithm: dict, rollout: dict, roles: dict):
     from kuberl.engine.config.topology import EngineConfig
 
     world = sum(r["ranks"] for r in roles.values())
-    return EngineConfig.model_validate({
-        "job": "j", "worldSize": world, "masterPort": 29500, "model": {"path": "m"}, "data": {"train": {"path": "d.jsonl"}},
-        "algorithm": algorithm, "rollout": {"samplesPerPrompt": 2, **rollout}, "reward": {"rules": [{"name": "math_answer"}]},
-        "trainer": {"totalSteps": 1}, "roles": roles})
+    return EngineConfig.model_validate(
+        {
+            "job": "j",
+            "worldSize": world,
+            "masterPort": 29500,
+            "model": {"path": "m"},
+            "data": {"train": {"path": "d.jsonl"}},
+            "algorithm": algorithm,
+            "rollout": {"samplesPerPrompt": 2, **rollout},
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "trainer": {"totalSteps": 1},
+            "roles": roles,
+        }
+    )
 
 
 ACTOR = {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}
 FLEET = {"ranks": 2, "rankOffset": 1, "procsPerPod": 1, "layout": {"dp": 2}}
 
 
-@pytest.mark.parametrize("algorithm, rollout, roles, message", [
-    ({"name": "grpo", "async": {"maxStaleness": 1}}, {}, {"actor": ACTOR}, "algorithm.async: generation ahead of the update needs"),
-    ({"name": "grpo"}, {}, {"actor": ACTOR, "rollout": FLEET}, "roles.rollout: the role generates only with rollout.placement: separate"),
-    ({"name": "grpo"}, {"placement": "separate"}, {"actor": ACTOR}, "roles.rollout: rollout.placement: separate needs"),
-    ({"name": "dapo"}, {"placement": "separate"}, {"actor": ACTOR, "rollout": FLEET}, "runs the on_policy step only, for now, not dynamic_sampling"),
-    ({"name": "reinforce_pp", "advantage": {"name": "remax"}}, {"placement": "separate"}, {"actor": ACTOR, "rollout": FLEET},
-     "does not run remax yet"),
-    ({"name": "grpo"}, {"placement": "separate", "backend": "hf"}, {"actor": ACTOR, "rollout": FLEET}, "rollout.backend: not supported"),
-    ({"name": "grpo"}, {"placement": "separate"}, {"actor": ACTOR, "rollout": {**FLEET, "layout": {"tp": 2, "dp": 1}}},
-     "one vLLM engine per rank"),
-])
+@pytest.mark.parametrize(
+    "algorithm, rollout, roles, message",
+    [
+        ({"name": "grpo", "async": {"maxStaleness": 1}}, {}, {"actor": ACTOR}, "algorithm.async: generation ahead of the update needs"),
+        (
+            {"name": "grpo"},
+            {},
+            {"actor": ACTOR, "rollout": FLEET},
+            "roles.rollout: the role generates only with rollout.placement: separate",
+        ),
+        ({"name": "grpo"}, {"placement": "separate"}, {"actor": ACTOR}, "roles.rollout: rollout.placement: separate needs"),
+        (
+            {"name": "dapo"},
+            {"placement": "separate"},
+            {"actor": ACTOR, "rollout": FLEET},
+            "runs the on_policy step only, for now, not dynamic_sampling",
+        ),
+        (
+            {"name": "reinforce_pp", "advantage": {"name": "remax"}},
+            {"placement": "separate"},
+            {"actor": ACTOR, "rollout": FLEET},
+            "does not run remax yet",
+        ),
+        (
+            {"name": "grpo"},
+            {"placement": "separate", "backend": "hf"},
+            {"actor": ACTOR, "rollout": FLEET},
+            "rollout.backend: not supported",
+        ),
+        (
+            {"name": "grpo"},
+            {"placement": "separate"},
+            {"actor": ACTOR, "rollout": {**FLEET, "layout": {"tp": 2, "dp": 1}}},
+            "one vLLM engine per rank",
+        ),
+    ],
+)
 def test_the_engine_refuses_what_separate_placement_does_not_run(algorithm, rollout, roles, message) -> None:
     from kuberl.engine.runtime.checks import ConfigError, check_placement
 
@@ -134,8 +178,9 @@ def test_the_engine_refuses_what_separate_placement_does_not_run(algorithm, roll
 def test_the_engine_accepts_async_on_separate_placement() -> None:
     from kuberl.engine.runtime.checks import check_placement
 
-    check_placement(_engine_config({"name": "grpo", "async": {"maxStaleness": 2}}, {"placement": "separate"},
-                                   {"actor": ACTOR, "rollout": FLEET}))
+    check_placement(
+        _engine_config({"name": "grpo", "async": {"maxStaleness": 2}}, {"placement": "separate"}, {"actor": ACTOR, "rollout": FLEET})
+    )
 
 
 class _FakeFleet:
@@ -159,8 +204,9 @@ def _ctx(step: int, loader):
     from types import SimpleNamespace
 
     run = SimpleNamespace(loader=loader, encoder=SimpleNamespace(encode=lambda e: [len(e.prompt)]))
-    return SimpleNamespace(step=step, run=run, timer=lambda name: nullcontext(), sampling=lambda: None,
-                           config=SimpleNamespace(trainer=SimpleNamespace(seed=3)))
+    return SimpleNamespace(
+        step=step, run=run, timer=lambda name: nullcontext(), sampling=lambda: None, config=SimpleNamespace(trainer=SimpleNamespace(seed=3))
+    )
 
 
 def test_the_pipeline_asks_ahead_with_the_current_version_and_a_checkpoint_keeps_prompts_on_their_way() -> None:
@@ -177,8 +223,10 @@ def test_the_pipeline_asks_ahead_with_the_current_version_and_a_checkpoint_keeps
         assert pipeline.take(step, batch) is not None
         trained.append([e.prompt for e in batch])
     # Steps 0-2 asked at version 0, step 3 at 1, step 4 at 2; each with its own step's seed.
-    assert fleet.asked == [(0, sampling_seed(3, k, 0, 0)) for k in range(3)] + [(1, sampling_seed(3, 3, 0, 0)),
-                                                                               (2, sampling_seed(3, 4, 0, 0))]
+    assert fleet.asked == [(0, sampling_seed(3, k, 0, 0)) for k in range(3)] + [
+        (1, sampling_seed(3, 3, 0, 0)),
+        (2, sampling_seed(3, 4, 0, 0)),
+    ]
     on_their_way = [[e.prompt for e in pipeline.issued[k].examples] for k in (3, 4)]
     # A checkpoint after step 3 (the trainer is about to train step 3): the loader as it stood before batch 3.
     resumed = PromptLoader(examples, 4, seed=1)

@@ -35,11 +35,22 @@ def _save_step(root: Path, state: dict, step: int = 3) -> Path:
 def test_what_the_engine_stores_loads_back_whole(tmp_path: Path) -> None:
     random.seed(7), np.random.seed(7), torch.manual_seed(7)
     generator = torch.Generator().manual_seed(3)
-    state = {"actor": {"model": {"w": torch.randn(3, 4)}, "dropout_rng": generator.get_state(),
-                       "optimizer": [{"common": {"optimizer": {"state": {}, "param_groups": [{"lr": 1e-5, "params": [0, 1]}]},
-                                                 "grad_scaler": None},
-                                      "params": [{"exp_avg": torch.zeros(2), "step": torch.tensor(4.0)}]}]},
-             "loader": {"epoch": 1, "position": 8}, "step": 3, "updates": 6, "rng": ckpt.rng_state()}
+    state = {
+        "actor": {
+            "model": {"w": torch.randn(3, 4)},
+            "dropout_rng": generator.get_state(),
+            "optimizer": [
+                {
+                    "common": {"optimizer": {"state": {}, "param_groups": [{"lr": 1e-5, "params": [0, 1]}]}, "grad_scaler": None},
+                    "params": [{"exp_avg": torch.zeros(2), "step": torch.tensor(4.0)}],
+                }
+            ],
+        },
+        "loader": {"epoch": 1, "position": 8},
+        "step": 3,
+        "updates": 6,
+        "rng": ckpt.rng_state(),
+    }
     _save_step(tmp_path, state)
     loaded = ckpt.load(tmp_path, 3, 0, 1)
     assert torch.equal(loaded["actor"]["model"]["w"], state["actor"]["model"]["w"])

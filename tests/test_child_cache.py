@@ -12,8 +12,9 @@ from kuberl.operator.control.child_cache import Informer, _owning_jobset_key
 
 
 def test_a_workload_belongs_to_the_job_its_jobset_is_named_after() -> None:
-    workload = {"metadata": {"namespace": "team-a", "name": "jobset-ppo-1a2b3",
-                             "ownerReferences": [{"kind": "JobSet", "name": "ppo", "uid": "u1"}]}}
+    workload = {
+        "metadata": {"namespace": "team-a", "name": "jobset-ppo-1a2b3", "ownerReferences": [{"kind": "JobSet", "name": "ppo", "uid": "u1"}]}
+    }
     assert _owning_jobset_key(workload) == ("team-a", "ppo")
     assert _owning_jobset_key({"metadata": {"namespace": "team-a", "ownerReferences": [{"kind": "Job", "name": "x"}]}}) is None
 
@@ -22,14 +23,16 @@ def _not_served(calls: list[dict]):
     def call(**kwargs):
         calls.append(kwargs)
         raise ApiException(status=404, reason="Not Found")
+
     return call
 
 
 def test_an_optional_kind_the_cluster_does_not_serve_is_synced_with_nothing() -> None:
     calls: list[dict] = []
     changes: list = []
-    informer = Informer("workloads", _not_served(calls), lambda *change: changes.append(change),
-                        key_of=_owning_jobset_key, selector=None, optional=True)
+    informer = Informer(
+        "workloads", _not_served(calls), lambda *change: changes.append(change), key_of=_owning_jobset_key, selector=None, optional=True
+    )
     informer.start()
     try:
         assert informer.synced.wait(5), "reconciles would wait for this list forever"
@@ -71,8 +74,10 @@ class _Response:
 
 
 def _pod(name: str, phase: str) -> dict:
-    return {"metadata": {"namespace": "team-a", "name": name, "resourceVersion": "2", "labels": {"kuberl.dev/job": "ppo"}},
-            "status": {"phase": phase, "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": "boom"}}}]}}
+    return {
+        "metadata": {"namespace": "team-a", "name": name, "resourceVersion": "2", "labels": {"kuberl.dev/job": "ppo"}},
+        "status": {"phase": phase, "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": "boom"}}}]},
+    }
 
 
 def test_a_deleted_failed_pod_is_remembered_as_last_seen_and_a_healthy_one_is_not() -> None:
@@ -88,10 +93,14 @@ def test_a_deleted_failed_pod_is_remembered_as_last_seen_and_a_healthy_one_is_no
         if len(watches) > 1:
             time.sleep(0.2)
             return _Response()
-        return _Response(lines=({"type": "ADDED", "object": _pod("ppo-actor-0-0", "Running")},
-                                {"type": "ADDED", "object": _pod("ppo-actor-0-1", "Running")},
-                                {"type": "DELETED", "object": _pod("ppo-actor-0-1", "Failed")},
-                                {"type": "DELETED", "object": _pod("ppo-actor-0-0", "Running")}))
+        return _Response(
+            lines=(
+                {"type": "ADDED", "object": _pod("ppo-actor-0-0", "Running")},
+                {"type": "ADDED", "object": _pod("ppo-actor-0-1", "Running")},
+                {"type": "DELETED", "object": _pod("ppo-actor-0-1", "Failed")},
+                {"type": "DELETED", "object": _pod("ppo-actor-0-0", "Running")},
+            )
+        )
 
     informer = Informer("pods", call, lambda *change: None, keep_gone=_failed_pod)
     informer.start()
@@ -102,6 +111,9 @@ def test_a_deleted_failed_pod_is_remembered_as_last_seen_and_a_healthy_one_is_no
         key = ("team-a", "ppo")
         assert informer.objects(key) == []  # nothing live: both deleted
         [gone] = informer.gone(key)
-        assert gone["metadata"]["name"] == "ppo-actor-0-1" and gone["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "boom"
+        assert (
+            gone["metadata"]["name"] == "ppo-actor-0-1"
+            and gone["status"]["containerStatuses"][0]["state"]["terminated"]["message"] == "boom"
+        )
     finally:
         informer.stop()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 SUMMARY = Path(__file__).resolve().parent.parent / ".ci" / "summary.py"
 
-TESTS = '''
+TESTS = """
 import pytest
 
 def test_passes():
@@ -33,14 +33,17 @@ class TestSlow:
     def test_sleeps(self):
         import time
         time.sleep(1.2)
-'''
+"""
 
 
 def test_the_digest_names_what_failed_and_why_and_what_was_skipped(tmp_path: Path) -> None:
     (tmp_path / "test_sample.py").write_text(TESTS)
     report = tmp_path / "junit.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_sample.py"),
-                    f"--junitxml={report}"], capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "test_sample.py"), f"--junitxml={report}"],
+        capture_output=True,
+        cwd=tmp_path,
+    )
     digest = subprocess.run([sys.executable, str(SUMMARY), str(report)], capture_output=True, text=True, check=True).stdout
     lines = digest.splitlines()
     assert lines[0] == "2 passed, 2 failed, 1 skipped"
@@ -53,9 +56,11 @@ def test_the_digest_names_what_failed_and_why_and_what_was_skipped(tmp_path: Pat
     seconds, module = lines[slowest + 1].removeprefix("[ci]").split()[::2]
     assert module == "test_sample" and int(seconds) >= 1
     counts = subprocess.run([sys.executable, str(SUMMARY), "--counts", str(report)], capture_output=True, text=True, check=True)
-    assert counts.stdout.splitlines() == ["[ci] FAILURE test_sample::test_fails: AssertionError: one is not two",
-                                          '[ci] ERROR test_sample::test_errors_at_setup: failed on setup with "OSError: [Errno 28] No space left on device"',
-                                          "2 passed, 2 failed, 1 skipped"]
+    assert counts.stdout.splitlines() == [
+        "[ci] FAILURE test_sample::test_fails: AssertionError: one is not two",
+        '[ci] ERROR test_sample::test_errors_at_setup: failed on setup with "OSError: [Errno 28] No space left on device"',
+        "2 passed, 2 failed, 1 skipped",
+    ]
 
 
 def test_a_missing_report_is_said_not_raised(tmp_path: Path) -> None:

@@ -236,13 +236,20 @@ def test_emulated_api_server_with_cel_python_refuses_bad_manifests(path: Path) -
 
 def test_api_server_exemptions_are_few() -> None:
     # A cluster rule (expect-target: cluster) is the operator's to enforce, by design: tests/cluster/test_operator.py.
-    exempt = [p.name for p in (MANIFESTS / "bad").glob("*.yaml")
-              if "# api-server: accepts" in p.read_text() and "# expect-target: cluster" not in p.read_text()]
-    assert sorted(exempt) == ["advantage-option-unknown.yaml", "affinity-selector-label-bad.yaml", "dual-clip-at-most-one.yaml",
-                            "loss-option-not-one-of.yaml", "policy-loss-option-mistyped.yaml",
-                            "reinforce-pp-option-baseline-one-sample.yaml", "request-above-limit.yaml"], (
-        "a manifest our parser refuses but the CRD accepts needs a good reason"
-    )
+    exempt = [
+        p.name
+        for p in (MANIFESTS / "bad").glob("*.yaml")
+        if "# api-server: accepts" in p.read_text() and "# expect-target: cluster" not in p.read_text()
+    ]
+    assert sorted(exempt) == [
+        "advantage-option-unknown.yaml",
+        "affinity-selector-label-bad.yaml",
+        "dual-clip-at-most-one.yaml",
+        "loss-option-not-one-of.yaml",
+        "policy-loss-option-mistyped.yaml",
+        "reinforce-pp-option-baseline-one-sample.yaml",
+        "request-above-limit.yaml",
+    ], "a manifest our parser refuses but the CRD accepts needs a good reason"
 
 
 def test_crd_yaml_is_loadable() -> None:

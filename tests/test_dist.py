@@ -40,8 +40,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not UV.is_file():
         pytest.fail(f"uv is missing at {UV}: run scripts/setup.sh", pytrace=False)
     out = tmp_path_factory.mktemp("dist")
-    result = run(["bash", REPO / "scripts" / "dist.sh", out], timeout=900,
-                 env=os.environ | {"DIST_IMAGES": "0", "UV": str(UV)})
+    result = run(["bash", REPO / "scripts" / "dist.sh", out], timeout=900, env=os.environ | {"DIST_IMAGES": "0", "UV": str(UV)})
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"kuberl {VERSION} in {out}" in result.stdout
     return out
@@ -54,8 +53,22 @@ def installed(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = venv.parent  # not the repository: uv would otherwise look at its .venv
     created = run([UV, "venv", "--quiet", "--python", "3.11", venv], cwd=cwd, env=clean_env())
     assert created.returncode == 0, created.stderr
-    installed = run([UV, "pip", "install", "--quiet", "--python", venv / "bin" / "python",
-                     "--constraint", REPO / "requirements" / "cpu.lock", dist / WHEEL], cwd=cwd, env=clean_env(), timeout=600)
+    installed = run(
+        [
+            UV,
+            "pip",
+            "install",
+            "--quiet",
+            "--python",
+            venv / "bin" / "python",
+            "--constraint",
+            REPO / "requirements" / "cpu.lock",
+            dist / WHEEL,
+        ],
+        cwd=cwd,
+        env=clean_env(),
+        timeout=600,
+    )
     assert installed.returncode == 0, installed.stderr
     return venv
 
@@ -75,8 +88,7 @@ def test_wheel_holds_the_kuberl_package_only(dist: Path) -> None:
     # Every file of operator/, engine/ and client/ that dist.sh built from (the files git tracks or
     # would track), as kuberl/operator/..., kuberl/engine/... and kuberl/client/...: a module or data
     # file the build config misses fails here ...
-    tree = run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "operator", "engine", "client"],
-               cwd=REPO).stdout.split()
+    tree = run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "operator", "engine", "client"], cwd=REPO).stdout.split()
     # ... but the tests' harness (operator/testing/): no test support ships.
     want = {f"kuberl/{path}" for path in tree if (REPO / path).is_file() and not path.startswith("operator/testing/")}
     assert {name for name in names if name.startswith("kuberl/")} == want
@@ -86,8 +98,12 @@ def test_wheel_holds_the_kuberl_package_only(dist: Path) -> None:
 def test_sdist_builds_the_wheel_that_dist_ships(dist: Path, tmp_path: Path) -> None:
     # What pip does with the sdist where no wheel fits: a wheel built from it must be the shipped one,
     # file for file (RECORD lists each file with its hash).
-    result = run([UV, "build", "--quiet", "--wheel", "--build-constraint", REPO / "requirements" / "cpu.lock",
-                  "--out-dir", tmp_path, dist / SDIST], cwd=tmp_path, env=clean_env(), timeout=600)
+    result = run(
+        [UV, "build", "--quiet", "--wheel", "--build-constraint", REPO / "requirements" / "cpu.lock", "--out-dir", tmp_path, dist / SDIST],
+        cwd=tmp_path,
+        env=clean_env(),
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     record = f"kuberl-{VERSION}.dist-info/RECORD"
     shipped, rebuilt = zipfile.ZipFile(dist / WHEEL), zipfile.ZipFile(tmp_path / WHEEL)
@@ -118,8 +134,10 @@ def test_installed_kuberl_prints_the_generated_crd(installed: Path) -> None:
 
 
 def test_installed_venv_imports_the_stdlib_operator_and_kuberl_from_itself(installed: Path) -> None:
-    code = ("import operator, sys, sysconfig, kuberl.operator\n"
-            "print(operator.__file__, sysconfig.get_paths()['stdlib'], sysconfig.get_paths()['purelib'], kuberl.operator.__file__, sys.prefix)")
+    code = (
+        "import operator, sys, sysconfig, kuberl.operator\n"
+        "print(operator.__file__, sysconfig.get_paths()['stdlib'], sysconfig.get_paths()['purelib'], kuberl.operator.__file__, sys.prefix)"
+    )
     result = run([installed / "bin" / "python", "-c", code], cwd=installed.parent, env=clean_env())
     assert result.returncode == 0, result.stderr
     operator_file, stdlib, purelib, kuberl_file, prefix = map(Path, result.stdout.split())

@@ -26,9 +26,21 @@ from kuberl.operator.codegen import docgen
 
 # The pages the README links to by path: renaming one breaks those links.
 PAGES = (
-    "index.md", "install.md", "tutorials/main-job.md", "tutorials/first-cluster-job.md", "tutorials/new-algorithm.md",
-    "tutorials/ppo-with-critic.md", "reference/rljob.md", "reference/algorithms.md", "reference/metrics.md",
-    "operator.md", "cli.md", "monitoring.md", "architecture.md", "benchmarks.md", "testing.md",
+    "index.md",
+    "install.md",
+    "tutorials/main-job.md",
+    "tutorials/first-cluster-job.md",
+    "tutorials/new-algorithm.md",
+    "tutorials/ppo-with-critic.md",
+    "reference/rljob.md",
+    "reference/algorithms.md",
+    "reference/metrics.md",
+    "operator.md",
+    "cli.md",
+    "monitoring.md",
+    "architecture.md",
+    "benchmarks.md",
+    "testing.md",
 )
 CHROMIUM_INSTALL = "apt-get install -y --no-install-recommends chromium (or: bash scripts/node-deps.sh, as root)"
 
@@ -129,8 +141,14 @@ def test_whole_rljobs_in_the_pages_are_valid(repo: Path, tmp_path: Path) -> None
 
 def _mkdocs_build(repo: Path, site: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(repo / "mkdocs.yml"), "-d", str(site)],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=repo)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(repo / "mkdocs.yml"), "-d", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=repo,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -238,10 +256,24 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
     log = profile.parent / "chromium.log"  # a file, not a pipe: a pipe nobody reads would stall the browser when full
     stderr = log.open("w")
     process = subprocess.Popen(
-        [chromium, "--headless=new", "--disable-gpu", "--no-sandbox", "--no-first-run", "--disable-extensions",
-         "--disable-background-networking", "--disable-dev-shm-usage", "--remote-debugging-address=127.0.0.1",
-         "--remote-debugging-port=0", "--remote-allow-origins=*", f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=stderr)
+        [
+            chromium,
+            "--headless=new",
+            "--disable-gpu",
+            "--no-sandbox",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-dev-shm-usage",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+            "--remote-allow-origins=*",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
     try:
         port_file = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
@@ -265,9 +297,11 @@ def browser(tmp_path_factory: pytest.TempPathFactory):
 def test_index_renders_in_chromium(served: str, browser: DevTools) -> None:
     browser.errors.clear()
     browser.open(f"{served}/index.html")
-    page = browser.evaluate("({title: document.title, h1: document.querySelector('article h1')?.textContent,"
-                            " nav: document.querySelectorAll('nav.md-nav a').length,"
-                            " reference: !!document.querySelector('a[href$=\"reference/rljob.html\"]')})")
+    page = browser.evaluate(
+        "({title: document.title, h1: document.querySelector('article h1')?.textContent,"
+        " nav: document.querySelectorAll('nav.md-nav a').length,"
+        " reference: !!document.querySelector('a[href$=\"reference/rljob.html\"]')})"
+    )
     assert page["title"] == "kuberl", page
     assert page["h1"] and page["nav"] > 10 and page["reference"], page
     assert not browser.errors, browser.errors
@@ -280,7 +314,8 @@ def test_rljob_reference_renders_in_chromium(served: str, browser: DevTools) -> 
         "(() => { const cell = document.getElementById('spec.trainer.checkpoint.claimName');"
         " const row = cell && cell.closest('tr');"
         " return {title: document.title, h1: document.querySelector('article h1')?.textContent, row: row && row.textContent,"
-        " rows: document.querySelectorAll('article tr').length, sections: document.querySelectorAll('article h2').length}; })()")
+        " rows: document.querySelectorAll('article tr').length, sections: document.querySelectorAll('article h2').length}; })()"
+    )
     assert page["title"] == "RLJob - kuberl" and page["h1"].startswith("RLJob reference"), page
     assert page["row"] and "spec.trainer.checkpoint.claimName" in page["row"] and "PersistentVolumeClaim" in page["row"], page
     assert page["rows"] > 300 and page["sections"] > 50, page

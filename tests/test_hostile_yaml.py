@@ -26,7 +26,7 @@ def _problem_of_file(path: Path) -> str:
 
 def _billion_laughs() -> str:
     """About 1 MB: ten levels of ten aliases each under a long string, 10^10 strings of 100 kB once expanded."""
-    rows = [f"l0: &l0 \"{'x' * 100_000}\""] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 11)]
+    rows = [f'l0: &l0 "{"x" * 100_000}"'] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 11)]
     return "\n".join(rows) + "\n"
 
 
@@ -42,7 +42,7 @@ def test_a_billion_laughs_file_is_refused_without_allocating_its_expansion(tmp_p
 
 def test_a_long_string_repeated_by_aliases_is_refused_by_its_expanded_bytes() -> None:
     # Few values (under MAX_NODES) but each a 1 MB string: small in memory, huge as JSON.
-    text = f"s: &s \"{'y' * 1_000_000}\"\nl: [{', '.join(['*s'] * 100)}]\n"
+    text = f's: &s "{"y" * 1_000_000}"\nl: [{", ".join(["*s"] * 100)}]\n'
     with pytest.raises(ManifestError) as caught:
         read_documents(text, "f.yaml")
     assert f"more than {MAX_EXPANDED_BYTES // 2**20} MiB of text" in str(caught.value.problems[0])

@@ -19,8 +19,7 @@ def _endpoints(desired) -> tuple[list[dict], dict[str, list[dict]]]:
         return [e for e in container["env"] if e["name"] == "HF_ENDPOINT"]
 
     initializer = of(desired.initializer["spec"]["template"]["spec"]["containers"][0])
-    trainers = {r["name"]: of(r["template"]["spec"]["template"]["spec"]["containers"][0])
-                for r in desired.jobset["spec"]["replicatedJobs"]}
+    trainers = {r["name"]: of(r["template"]["spec"]["template"]["spec"]["containers"][0]) for r in desired.jobset["spec"]["replicatedJobs"]}
     return initializer, trainers
 
 
@@ -37,7 +36,8 @@ def test_a_jobs_own_endpoint_reaches_its_trainer_pods_as_the_initializer_has_it(
     job = load_rljobs(EXAMPLE)[0]
     job.metadata.namespace = "ns"
     job.spec.initializer = InitializerSpec.model_validate(
-        {"env": [{"name": "HF_ENDPOINT", "valueFrom": {"configMapKeyRef": {"name": "hub", "key": "url"}}}]})
+        {"env": [{"name": "HF_ENDPOINT", "valueFrom": {"configMapKeyRef": {"name": "hub", "key": "url"}}}]}
+    )
     settings = OperatorSettings(default_image="trainer:1", hub_endpoint="http://hub-mirror.infra.svc:8080")
     initializer, trainers = _endpoints(plan(job, uid="u", settings=settings))
     own = [{"name": "HF_ENDPOINT", "valueFrom": {"configMapKeyRef": {"name": "hub", "key": "url"}}}]

@@ -63,10 +63,19 @@ def folder_files(folder: Path) -> dict[str, int]:
 
 
 def engine_config(**model: object) -> EngineConfig:
-    return EngineConfig.model_validate({
-        "job": "j", "worldSize": 1, "masterPort": 29500, "model": model, "data": {"train": {"path": "d.jsonl"}},
-        "algorithm": {"name": "grpo"}, "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1},
-        "roles": {"actor": {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}}})
+    return EngineConfig.model_validate(
+        {
+            "job": "j",
+            "worldSize": 1,
+            "masterPort": 29500,
+            "model": model,
+            "data": {"train": {"path": "d.jsonl"}},
+            "algorithm": {"name": "grpo"},
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "trainer": {"totalSteps": 1},
+            "roles": {"actor": {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}},
+        }
+    )
 
 
 @dataclass
@@ -78,21 +87,27 @@ class Run:
     seconds: float
 
 
-def initialize(tmp_path: Path, endpoint: str, cache: Path, config: EngineConfig, *, token: str | None = TOKEN,
-               env: dict[str, str] | None = None) -> Run:
+def initialize(
+    tmp_path: Path, endpoint: str, cache: Path, config: EngineConfig, *, token: str | None = TOKEN, env: dict[str, str] | None = None
+) -> Run:
     """`kuberl initialize` in a process of its own, with the environment its pod gets."""
     config_file = tmp_path / "engine-config.json"
     config_file.write_text(config.model_dump_json(by_alias=True, exclude_none=True))
     termination_log = tmp_path / "termination-log"
     termination_log.unlink(missing_ok=True)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    environ.update(KUBERL_CONFIG=str(config_file), HF_ENDPOINT=endpoint, HF_HUB_CACHE=str(cache),
-                   HF_HOME=str(tmp_path / "hf-home"), KUBERL_TERMINATION_LOG=str(termination_log), **(env or {}))
+    environ.update(
+        KUBERL_CONFIG=str(config_file),
+        HF_ENDPOINT=endpoint,
+        HF_HUB_CACHE=str(cache),
+        HF_HOME=str(tmp_path / "hf-home"),
+        KUBERL_TERMINATION_LOG=str(termination_log),
+        **(env or {}),
+    )
     if token is not None:
         environ["HF_TOKEN"] = token
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kuberl.engine.hub.initializer"], env=environ, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "kuberl.engine.hub.initializer"], env=environ, capture_output=True, text=True, timeout=120)
     seconds = time.monotonic() - started
     assert termination_log.is_file(), f"no report written\n{done.stdout}\n{done.stderr}"
     text = termination_log.read_text()
@@ -100,8 +115,7 @@ def initialize(tmp_path: Path, endpoint: str, cache: Path, config: EngineConfig,
     return Run(done.returncode, done.stdout, done.stderr, InitializationReport.model_validate_json(text), seconds)
 
 
-def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path: Path, hub: HubServer,
-                                                                        tiny_model: Path) -> None:
+def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path: Path, hub: HubServer, tiny_model: Path) -> None:
     cache = tmp_path / "cache"
     commit = commit_of(hub)
     files = folder_files(tiny_model)
@@ -110,9 +124,19 @@ def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path:
     first = initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO))
     assert first.code == 0, first.stderr
     assert hub.file_fetches(REPO) == {name: 1 for name in files}
-    assert first.report == InitializationReport(repos=[FetchedRepo(
-        field="model", repo=REPO, revision=None, commit=commit, files=len(files), bytes=sum(files.values()),
-        fetched_bytes=sum(files.values()))])
+    assert first.report == InitializationReport(
+        repos=[
+            FetchedRepo(
+                field="model",
+                repo=REPO,
+                revision=None,
+                commit=commit,
+                files=len(files),
+                bytes=sum(files.values()),
+                fetched_bytes=sum(files.values()),
+            )
+        ]
+    )
     assert first.stdout.count("\n") == 1 and f"{REPO}@{commit[:12]}" in first.stdout
     storage = endpoint_cache_dir(cache, hub.url) / "models--kuberl-test--tiny-llama"  # the stand-in's own folder
     assert (storage / "refs" / "main").read_text() == commit  # what the offline trainer pods resolve main with
@@ -130,8 +154,7 @@ def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path:
     third = initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO, revision=commit))
     assert third.code == 0, third.stderr
     assert [(r.method, r.path.split("?")[0]) for r in hub.requests] == [("GET", f"/api/models/{REPO}/revision/{commit}")]
-    assert third.report.repos[0].model_dump() == {**first.report.repos[0].model_dump(), "revision": commit,
-                                                  "fetched_bytes": 0}
+    assert third.report.repos[0].model_dump() == {**first.report.repos[0].model_dump(), "revision": commit, "fetched_bytes": 0}
 
     # A snapshot that lost a file is not complete: the commit is fetched again, that file only.
     (storage / "snapshots" / commit / "config.json").unlink()
@@ -144,14 +167,17 @@ def test_a_cache_is_filled_once_and_then_reused_against_a_hub_stand_in(tmp_path:
     assert fourth.report.repos[0].fetched_bytes == files["config.json"]
 
 
-@pytest.mark.parametrize("token,reason,names", [
-    (WRONG_TOKEN, "TokenRefused", ["model.hubId " + REPO, "model.tokenSecretRef (Secret hub-token, key token)", "401"]),
-    (None, "RepositoryNotFound", ["model.hubId " + REPO, "without a token", "model.tokenSecretRef"]),
-])
+@pytest.mark.parametrize(
+    "token,reason,names",
+    [
+        (WRONG_TOKEN, "TokenRefused", ["model.hubId " + REPO, "model.tokenSecretRef (Secret hub-token, key token)", "401"]),
+        (None, "RepositoryNotFound", ["model.hubId " + REPO, "without a token", "model.tokenSecretRef"]),
+    ],
+)
 def test_a_refused_token_is_permanent_and_never_printed_against_a_hub_stand_in(
-        tmp_path: Path, hub: HubServer, token: str | None, reason: str, names: list[str]) -> None:
-    run = initialize(tmp_path, hub.url, tmp_path / "cache", engine_config(hubId=REPO, tokenSecretRef=SECRET),
-                     token=token)
+    tmp_path: Path, hub: HubServer, token: str | None, reason: str, names: list[str]
+) -> None:
+    run = initialize(tmp_path, hub.url, tmp_path / "cache", engine_config(hubId=REPO, tokenSecretRef=SECRET), token=token)
     assert run.code == PERMANENT_FAILURE_EXIT_CODE
     assert run.report.reason == reason and run.report.repos == []
     for name in names:
@@ -163,13 +189,17 @@ def test_a_refused_token_is_permanent_and_never_printed_against_a_hub_stand_in(
     assert hub.file_fetches(REPO) == {}
 
 
-@pytest.mark.parametrize("source,reason,names", [
-    ({"hubId": "kuberl-test/no-such-model"}, "RepositoryNotFound", ["model.hubId kuberl-test/no-such-model"]),
-    ({"hubId": REPO, "revision": "no-such-branch"}, "RevisionNotFound", ["model.revision no-such-branch", REPO]),
-    ({"hubId": REPO, "revision": "0" * 40}, "RevisionNotFound", ["model.revision " + "0" * 40]),
-])
+@pytest.mark.parametrize(
+    "source,reason,names",
+    [
+        ({"hubId": "kuberl-test/no-such-model"}, "RepositoryNotFound", ["model.hubId kuberl-test/no-such-model"]),
+        ({"hubId": REPO, "revision": "no-such-branch"}, "RevisionNotFound", ["model.revision no-such-branch", REPO]),
+        ({"hubId": REPO, "revision": "0" * 40}, "RevisionNotFound", ["model.revision " + "0" * 40]),
+    ],
+)
 def test_a_missing_repository_or_revision_is_permanent_against_a_hub_stand_in(
-        tmp_path: Path, hub: HubServer, source: dict, reason: str, names: list[str]) -> None:
+    tmp_path: Path, hub: HubServer, source: dict, reason: str, names: list[str]
+) -> None:
     run = initialize(tmp_path, hub.url, tmp_path / "cache", engine_config(**source))
     assert run.code == PERMANENT_FAILURE_EXIT_CODE, run.stderr
     assert run.report.reason == reason
@@ -186,8 +216,7 @@ def small_volume(tmp_path: Path) -> Iterator[Callable[[int], Path | None]]:
     def mount(size: int) -> Path | None:
         target = tmp_path / f"volume-{len(mounted)}"
         target.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)],
-                              capture_output=True, text=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(target)], capture_output=True, text=True)
         if done.returncode != 0:
             return None
         mounted.append(target)
@@ -199,7 +228,8 @@ def small_volume(tmp_path: Path) -> Iterator[Callable[[int], Path | None]]:
 
 
 def test_a_cache_volume_too_small_fails_before_downloading_against_a_hub_stand_in(
-        tmp_path: Path, hub: HubServer, small_volume, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, hub: HubServer, small_volume, monkeypatch: pytest.MonkeyPatch
+) -> None:
     volume = small_volume(64 * 1024)
     if volume is not None:  # a real 64 KiB tmpfs
         run = initialize(tmp_path, hub.url, volume / "hub", engine_config(hubId=REPO))
@@ -222,7 +252,8 @@ def test_a_cache_volume_too_small_fails_before_downloading_against_a_hub_stand_i
 
 
 def test_a_volume_that_fills_up_while_downloading_is_cache_volume_full_against_a_hub_stand_in(
-        tmp_path: Path, hub: HubServer, small_volume, tiny_model: Path) -> None:
+    tmp_path: Path, hub: HubServer, small_volume, tiny_model: Path
+) -> None:
     # Room for the files' bytes, so the check before downloading passes; but a tmpfs stores each file in
     # whole 4 KiB pages, so the files do not fit and a write fails with ENOSPC.
     total = sum(folder_files(tiny_model).values())
@@ -240,8 +271,7 @@ def test_an_unreachable_hub_fails_after_bounded_retries(tmp_path: Path) -> None:
     from kuberl.operator.cli.ports import free_port
 
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    run = initialize(tmp_path, endpoint, tmp_path / "cache", engine_config(hubId=REPO),
-                     env={"KUBERL_HUB_RETRY_SECONDS": "3"})
+    run = initialize(tmp_path, endpoint, tmp_path / "cache", engine_config(hubId=REPO), env={"KUBERL_HUB_RETRY_SECONDS": "3"})
     assert run.code == 1, run.stderr
     assert run.report.reason == "HubUnreachable"
     assert f"model.hubId {REPO}: cannot reach the hub at {endpoint}" in (run.report.message or "")
@@ -250,7 +280,8 @@ def test_an_unreachable_hub_fails_after_bounded_retries(tmp_path: Path) -> None:
 
 
 def test_trainer_pods_load_the_cached_snapshot_offline_against_a_hub_stand_in(
-        tmp_path: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, hub: HubServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from transformers import AutoModelForCausalLM
 
     from kuberl.engine.models.resolve import ModelNotFound, model_folder
@@ -280,8 +311,12 @@ def test_trainer_pods_load_the_cached_snapshot_offline_against_a_hub_stand_in(
 def test_the_report_fits_the_termination_message_whatever_the_message() -> None:
     from kuberl.engine.hub.report import fit_report as _fit
 
-    repos = [FetchedRepo(field="reward.model", repo="o" * 256, revision="r" * 256, commit="c" * 40, files=10 ** 6,
-                         bytes=10 ** 12, fetched_bytes=10 ** 12) for _ in range(3)]
+    repos = [
+        FetchedRepo(
+            field="reward.model", repo="o" * 256, revision="r" * 256, commit="c" * 40, files=10**6, bytes=10**12, fetched_bytes=10**12
+        )
+        for _ in range(3)
+    ]
     report = InitializationReport(repos=repos, reason="DownloadFailed", message="é" * 1024)
     text = _fit(report)
     assert len(text.encode()) <= TERMINATION_MESSAGE_LIMIT
@@ -290,9 +325,23 @@ def test_the_report_fits_the_termination_message_whatever_the_message() -> None:
 
 def test_the_stand_in_runs_as_a_process_and_logs_requests(tmp_path: Path, tiny_model: Path) -> None:
     log = tmp_path / "requests.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "kuberl.operator.testing.hub_server", "--host", "127.0.0.1",
-                             "--repo", f"{REPO}={tiny_model}", "--token", TOKEN, "--log", str(log)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kuberl.operator.testing.hub_server",
+            "--host",
+            "127.0.0.1",
+            "--repo",
+            f"{REPO}={tiny_model}",
+            "--token",
+            TOKEN,
+            "--log",
+            str(log),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         commit = proc.stdout.readline().split()[1]
         url = proc.stdout.readline().split()[1]
@@ -314,7 +363,8 @@ def _blob_of(snapshot: Path, name: str) -> Path:
 
 
 def test_a_poisoned_cache_file_is_detected_and_fetched_again_against_a_hub_stand_in(
-        tmp_path: Path, hub: HubServer, tiny_model: Path) -> None:
+    tmp_path: Path, hub: HubServer, tiny_model: Path
+) -> None:
     cache = tmp_path / "cache"
     assert initialize(tmp_path, hub.url, cache, engine_config(hubId=REPO)).code == 0
     commit = commit_of(hub)
@@ -336,8 +386,7 @@ def test_a_poisoned_cache_file_is_detected_and_fetched_again_against_a_hub_stand
         assert (snapshot / name).read_bytes() == (tiny_model / name).read_bytes(), name
 
 
-def test_a_hub_that_serves_other_content_than_it_lists_is_refused_against_a_hub_stand_in(
-        tmp_path: Path, tiny_model: Path) -> None:
+def test_a_hub_that_serves_other_content_than_it_lists_is_refused_against_a_hub_stand_in(tmp_path: Path, tiny_model: Path) -> None:
     import shutil
 
     served = tmp_path / "served"
@@ -353,8 +402,9 @@ def test_a_hub_that_serves_other_content_than_it_lists_is_refused_against_a_hub_
     assert "config.json fetched again" in (run.report.message or "") and "still not what the hub lists" in (run.report.message or "")
 
 
-def test_two_endpoints_never_share_files_against_hub_stand_ins(tmp_path: Path, hub: HubServer, tiny_model: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_endpoints_never_share_files_against_hub_stand_ins(
+    tmp_path: Path, hub: HubServer, tiny_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One job points its initializer at a hub of its own serving the same repository id; another job,
     on the public (here: the first stand-in's) hub, shares the cache claim."""
     from kuberl.engine.models.resolve import ModelNotFound, model_folder
@@ -379,7 +429,8 @@ def test_two_endpoints_never_share_files_against_hub_stand_ins(tmp_path: Path, h
 
 
 def test_a_complete_commit_is_verified_from_the_cache_while_the_hub_is_down_against_a_hub_stand_in(
-        tmp_path: Path, tiny_model: Path) -> None:
+    tmp_path: Path, tiny_model: Path
+) -> None:
     cache = tmp_path / "cache"
     with HubServer("127.0.0.1", token=TOKEN) as server:
         server.add_repo(REPO, tiny_model)
@@ -397,7 +448,8 @@ def test_a_complete_commit_is_verified_from_the_cache_while_the_hub_is_down_agai
 
 
 def test_an_unsupported_model_is_refused_once_fetched_before_any_trainer_starts_against_a_hub_stand_in(
-        tmp_path: Path, tiny_model: Path) -> None:
+    tmp_path: Path, tiny_model: Path
+) -> None:
     import json
     import shutil
 

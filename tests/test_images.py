@@ -20,8 +20,11 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 def instructions(path: Path) -> list[tuple[str, str]]:
     text = re.sub(r"\\\n", " ", path.read_text())
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def pip_installs(path: Path) -> list[str]:
@@ -62,7 +65,9 @@ def test_trainer_image_installs_the_gpu_lock_or_the_cpu_recipe_and_runs_kuberl_w
     dockerfile = REPO / "trainer_image" / "Dockerfile"
     runs = [arg for op, arg in instructions(dockerfile) if op == "RUN"]
     # One layer per group, in this order; only the variant's lock is copied into the build.
-    assert [r for r in runs if "install-locked.sh" in r] == [f'sh requirements/install-locked.sh "$VARIANT" {g}' for g in ("cuda", "frameworks", "rest")]
+    assert [r for r in runs if "install-locked.sh" in r] == [
+        f'sh requirements/install-locked.sh "$VARIANT" {g}' for g in ("cuda", "frameworks", "rest")
+    ]
     copies = [arg for op, arg in instructions(dockerfile) if op == "COPY" and "install-locked.sh" in arg]
     assert copies == ["requirements/${VARIANT}.lock requirements/cpu-nodeps.txt trainer_image/install-locked.sh ./requirements/"]
     # VARIANT=cpu: setup.sh's recipe, the lock and then the --no-deps list.
@@ -86,8 +91,11 @@ def test_trainer_image_installs_the_gpu_lock_or_the_cpu_recipe_and_runs_kuberl_w
 
 def test_the_install_layers_split_each_lock_into_disjoint_groups_that_cover_it() -> None:
     for variant in ("cpu", "gpu"):
-        lock = [line.split(";")[0].strip() for line in (REPO / "requirements" / f"{variant}.lock").read_text().splitlines()
-                if re.match(r"[A-Za-z0-9]", line)]
+        lock = [
+            line.split(";")[0].strip()
+            for line in (REPO / "requirements" / f"{variant}.lock").read_text().splitlines()
+            if re.match(r"[A-Za-z0-9]", line)
+        ]
         groups = {g: locked_group(variant, g) for g in ("cuda", "frameworks", "rest")}
         installed = [pin for pins in groups.values() for pin in pins]
         assert len(installed) == len(set(installed)), variant  # no pin in two layers

@@ -28,11 +28,10 @@ from .rljob_objects import job
 BIN = Path(sys.executable).parent
 
 
-
-
 def run(*argv: str | Path, stdin: str = "", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in argv], input=stdin, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(a) for a in argv], input=stdin, capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})}
+    )
 
 
 def one_line(result: subprocess.CompletedProcess, status: int = 1) -> str:
@@ -67,33 +66,71 @@ def test_the_new_flags_parse_in_kuberl_and_kubectl_rl() -> None:
 
 
 def test_list_all_namespaces_and_wide() -> None:
-    a = job(phase="Running", step=3, totalSteps=40, restarts=1, preemptions=2,
-            conditions=[{"type": "Running", "status": "True", "reason": "AllRanksRunning", "lastTransitionTime": "2030-01-01T00:01:00Z"}])
+    a = job(
+        phase="Running",
+        step=3,
+        totalSteps=40,
+        restarts=1,
+        preemptions=2,
+        conditions=[{"type": "Running", "status": "True", "reason": "AllRanksRunning", "lastTransitionTime": "2030-01-01T00:01:00Z"}],
+    )
     b = job(phase="Queued")
     b.metadata.namespace, b.metadata.name = "team-b", "other"
     header, first, second = list_table([a, b], namespaces=True, wide=True).splitlines()
-    assert header.split() == ["NAMESPACE", "NAME", "PHASE", "STEP", "PROGRESS", "ETA", "REWARD", "RESTARTS", "AGE",
-                              "PREEMPTIONS", "ALGORITHM", "REASON"]
+    assert header.split() == [
+        "NAMESPACE",
+        "NAME",
+        "PHASE",
+        "STEP",
+        "PROGRESS",
+        "ETA",
+        "REWARD",
+        "RESTARTS",
+        "AGE",
+        "PREEMPTIONS",
+        "ALGORITHM",
+        "REASON",
+    ]
     assert first.split()[:4] == ["rl", "demo", "Running", "3/40"] and first.split()[-3:] == ["2", "grpo", "AllRanksRunning"]
     assert second.split()[:3] == ["team-b", "other", "Queued"] and second.split()[-3:] == ["0", "grpo", "-"]
     assert list_table([a]).splitlines()[0].split()[0] == "NAME"  # the default is as it was
 
 
 def test_the_reason_is_the_current_conditions() -> None:
-    conditions = [{"type": "Running", "status": "False", "reason": "GangRestart", "lastTransitionTime": "2030-01-01T00:03:00Z"},
-                  {"type": "Restarting", "status": "True", "reason": "PodFailed", "lastTransitionTime": "2030-01-01T00:02:00Z"},
-                  {"type": "Initialized", "status": "True", "reason": "Fetched", "lastTransitionTime": "2030-01-01T00:04:00Z"}]
+    conditions = [
+        {"type": "Running", "status": "False", "reason": "GangRestart", "lastTransitionTime": "2030-01-01T00:03:00Z"},
+        {"type": "Restarting", "status": "True", "reason": "PodFailed", "lastTransitionTime": "2030-01-01T00:02:00Z"},
+        {"type": "Initialized", "status": "True", "reason": "Fetched", "lastTransitionTime": "2030-01-01T00:04:00Z"},
+    ]
     assert reason(job(phase="Restarting", conditions=conditions)) == "PodFailed"  # the phase's own, not the newest
     assert reason(job(phase="Starting", conditions=conditions)) == "Fetched"  # else the newest that holds
     assert reason(job()) == "-"
 
 
 def test_status_wide_adds_the_algorithm_model_times_and_transitions() -> None:
-    text = status_text(job(phase="Running", startTime="2030-01-01T00:00:30Z", conditions=[
-        {"type": "Running", "status": "True", "reason": "AllRanksRunning", "message": "all 2 pods are running",
-         "lastTransitionTime": "2030-01-01T00:01:00Z"}]), wide=True)
-    for line in ("Algorithm:    grpo", "Model:        /m", "Created:      2030-01-01T00:00:00Z",
-                 "Started:      2030-01-01T00:00:30+00:00", "Completed:    -"):
+    text = status_text(
+        job(
+            phase="Running",
+            startTime="2030-01-01T00:00:30Z",
+            conditions=[
+                {
+                    "type": "Running",
+                    "status": "True",
+                    "reason": "AllRanksRunning",
+                    "message": "all 2 pods are running",
+                    "lastTransitionTime": "2030-01-01T00:01:00Z",
+                }
+            ],
+        ),
+        wide=True,
+    )
+    for line in (
+        "Algorithm:    grpo",
+        "Model:        /m",
+        "Created:      2030-01-01T00:00:00Z",
+        "Started:      2030-01-01T00:00:30+00:00",
+        "Completed:    -",
+    ):
         assert line in text.splitlines(), (line, text)
     assert text.splitlines()[-2].split() == ["TYPE", "STATUS", "REASON", "LAST", "TRANSITION", "MESSAGE"]
     assert "2030-01-01T00:01:00+00:00" in text.splitlines()[-1]
@@ -101,8 +138,13 @@ def test_status_wide_adds_the_algorithm_model_times_and_transitions() -> None:
 
 
 def test_yaml_and_json_are_the_api_objects_as_kubectl_prints_them() -> None:
-    live = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "spec": {"future": {"field": 1}},
-            "metadata": {"name": "a", "namespace": "rl", "managedFields": [{"manager": "kubectl"}]}, "status": {"phase": "Running"}}
+    live = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "spec": {"future": {"field": 1}},
+        "metadata": {"name": "a", "namespace": "rl", "managedFields": [{"manager": "kubectl"}]},
+        "status": {"phase": "Running"},
+    }
     printed = yaml.safe_load(dump(live, "yaml"))
     assert printed["metadata"] == {"name": "a", "namespace": "rl"} and printed["spec"] == {"future": {"field": 1}}
     assert json.loads(dump(live, "json")) == printed
@@ -141,14 +183,18 @@ def test_submit_reads_stdin_and_errors_are_one_line(unreachable: tuple[Path, str
     # A good manifest on stdin gets as far as the API server; a bad one is refused naming stdin, before any request.
     good = yaml.safe_dump(small_job("from-stdin"))
     assert one_line(run(kuberl, "submit", "-f", "-", "--kubeconfig", kubeconfig, stdin=good)).startswith(
-        f"error: cannot reach the API server at {server}")
+        f"error: cannot reach the API server at {server}"
+    )
     assert one_line(run(BIN / "kubectl-rl", "submit", "-", "--kubeconfig", kubeconfig, stdin=good)).startswith(
-        "error: cannot reach the API server")
+        "error: cannot reach the API server"
+    )
     bad = yaml.safe_dump(small_job("bad", rollout={"samplesPerPrompt": 0}))
     assert "spec.rollout.samplesPerPrompt" in one_line(run(kuberl, "submit", "-f", "-", "--kubeconfig", kubeconfig, stdin=bad))
     assert one_line(run(kuberl, "submit", "-f", "-", "--kubeconfig", kubeconfig, stdin="")).startswith("error: <stdin>: no RLJob")
-    assert one_line(run(kuberl, "submit", "a.yaml", "-f", "b.yaml", "--kubeconfig", kubeconfig)) == \
-        "error: name the manifest once: kuberl submit FILE, or -f FILE (-f - reads it from stdin)"
+    assert (
+        one_line(run(kuberl, "submit", "a.yaml", "-f", "b.yaml", "--kubeconfig", kubeconfig))
+        == "error: name the manifest once: kuberl submit FILE, or -f FILE (-f - reads it from stdin)"
+    )
 
 
 def test_version_names_the_client_and_asks_a_configured_cluster(unreachable: tuple[Path, str], tmp_path: Path) -> None:
@@ -166,26 +212,46 @@ def test_version_names_the_client_and_asks_a_configured_cluster(unreachable: tup
 
 
 def test_the_operator_is_its_deployments_version_label_and_image() -> None:
-    assert [image_tag(i) for i in ("r:5000/kuberl-operator:0.2.0", "kuberl-operator", "r/k@sha256:ab", "r/k:1.0@sha256:ab", None)] == \
-        ["0.2.0", None, None, "1.0", None]
+    assert [image_tag(i) for i in ("r:5000/kuberl-operator:0.2.0", "kuberl-operator", "r/k@sha256:ab", "r/k:1.0@sha256:ab", None)] == [
+        "0.2.0",
+        None,
+        None,
+        "1.0",
+        None,
+    ]
     deployment = client.V1Deployment(
         metadata=client.V1ObjectMeta(name="kuberl", namespace="kuberl-system", labels={"app.kubernetes.io/version": "0.1.0"}),
-        spec=client.V1DeploymentSpec(replicas=1, selector=client.V1LabelSelector(), template=client.V1PodTemplateSpec(
-            spec=client.V1PodSpec(containers=[client.V1Container(name="operator", image="r/kuberl-operator:0.1.1")]))),
-        status=client.V1DeploymentStatus(ready_replicas=1))
+        spec=client.V1DeploymentSpec(
+            replicas=1,
+            selector=client.V1LabelSelector(),
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(containers=[client.V1Container(name="operator", image="r/kuberl-operator:0.1.1")])
+            ),
+        ),
+        status=client.V1DeploymentStatus(ready_replicas=1),
+    )
     found = OperatorDeployment.of(deployment)
     assert found.line() == "operator: 0.1.0 (Deployment kuberl-system/kuberl, image r/kuberl-operator:0.1.1, 1/1 ready)"
     deployment.metadata.labels, deployment.status = {}, None
-    assert OperatorDeployment.of(deployment).line().startswith("operator: 0.1.1 (") and "0/1 ready" in OperatorDeployment.of(deployment).line()
+    assert (
+        OperatorDeployment.of(deployment).line().startswith("operator: 0.1.1 (") and "0/1 ready" in OperatorDeployment.of(deployment).line()
+    )
 
 
 def kubeconfig_with(path: Path, *contexts: tuple[str, str]) -> Path:
     """A kubeconfig whose contexts (name, server) each have a cluster of their own; the first is current."""
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": contexts[0][0],
-        "clusters": [{"name": n, "cluster": {"server": s}} for n, s in contexts],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": n, "context": {"cluster": n, "user": "u"}} for n, _ in contexts]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": contexts[0][0],
+                "clusters": [{"name": n, "cluster": {"server": s}} for n, s in contexts],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": n, "context": {"cluster": n, "user": "u"}} for n, _ in contexts],
+            }
+        )
+    )
     return path
 
 
@@ -213,14 +279,19 @@ def test_the_operator_finds_its_cluster_as_controllers_do(tmp_path: Path, monkey
 def test_kuberl_operator_fails_in_one_line_on_a_missing_or_broken_kubeconfig(tmp_path: Path) -> None:
     kuberl = BIN / "kuberl"
     env = {"HOME": str(tmp_path), "KUBERNETES_SERVICE_HOST": ""}
-    assert one_line(run(kuberl, "operator", env={**env, "KUBECONFIG": str(tmp_path / "none")}), 3) == \
-        f"kuberl operator: no kubeconfig at {tmp_path / 'none'}"
+    assert (
+        one_line(run(kuberl, "operator", env={**env, "KUBECONFIG": str(tmp_path / "none")}), 3)
+        == f"kuberl operator: no kubeconfig at {tmp_path / 'none'}"
+    )
     (tmp_path / "broken").write_text("clusters: [\n")
     assert one_line(run(kuberl, "operator", "--kubeconfig", tmp_path / "broken", env=env), 3).startswith(
-        f"kuberl operator: cannot use the kubeconfig {tmp_path / 'broken'}: ")
+        f"kuberl operator: cannot use the kubeconfig {tmp_path / 'broken'}: "
+    )
     good = kubeconfig_with(tmp_path / "good", ("one", "https://one.invalid:6443"))
-    assert one_line(run(kuberl, "operator", "--context", "two", env={**env, "KUBECONFIG": str(good)}), 3) == \
-        f"kuberl operator: no context 'two' in the kubeconfig {good}; its contexts: one"
+    assert (
+        one_line(run(kuberl, "operator", "--context", "two", env={**env, "KUBECONFIG": str(good)}), 3)
+        == f"kuberl operator: no context 'two' in the kubeconfig {good}; its contexts: one"
+    )
     assert one_line(run(kuberl, "operator", env={**env, "KUBECONFIG": ""}), 3).startswith("kuberl operator: no kubeconfig: ")
 
 
@@ -232,12 +303,18 @@ def test_logs_previous_shows_how_the_last_failed_attempt_ended() -> None:
 
     job = load_rljobs(Path(__file__).parent.parent / "examples" / "dpo.yaml")[0]
     assert previous_attempt(job) == []
-    job.status = RLJobStatus(failures=[
-        AttemptFailure(attempt=0, pod="dpo-actor-0-1-a", role="actor", exit_code=137, reason="OOMKilled", message=""),
-        AttemptFailure(attempt=1, pod="dpo-critic-0-0-b", role="critic", exit_code=1, reason="Error",
-                       message="step 12\nRuntimeError: boom"),
-    ])
-    assert previous_attempt(job) == ["attempt 1 ended: pod dpo-critic-0-0-b (role critic, exit code 1, Error)",
-                                     "[dpo-critic-0-0-b] step 12", "[dpo-critic-0-0-b] RuntimeError: boom"]
+    job.status = RLJobStatus(
+        failures=[
+            AttemptFailure(attempt=0, pod="dpo-actor-0-1-a", role="actor", exit_code=137, reason="OOMKilled", message=""),
+            AttemptFailure(
+                attempt=1, pod="dpo-critic-0-0-b", role="critic", exit_code=1, reason="Error", message="step 12\nRuntimeError: boom"
+            ),
+        ]
+    )
+    assert previous_attempt(job) == [
+        "attempt 1 ended: pod dpo-critic-0-0-b (role critic, exit code 1, Error)",
+        "[dpo-critic-0-0-b] step 12",
+        "[dpo-critic-0-0-b] RuntimeError: boom",
+    ]
     assert previous_attempt(job, role="actor") == ["attempt 0 ended: pod dpo-actor-0-1-a (role actor, exit code 137, OOMKilled)"]
     assert previous_attempt(job, role="ref") == []

@@ -18,11 +18,24 @@ from .rljob_objects import job
 
 
 def test_durations_read_like_kubectl() -> None:
-    assert [duration(s) for s in (None, 0, 59.4, 60, 90, 3599, 3600, 7260, 90000)] == \
-        ["unknown", "0s", "59s", "1m00s", "1m30s", "59m59s", "1h00m", "2h01m", "1d01h"]
+    assert [duration(s) for s in (None, 0, 59.4, 60, 90, 3599, 3600, 7260, 90000)] == [
+        "unknown",
+        "0s",
+        "59s",
+        "1m00s",
+        "1m30s",
+        "59m59s",
+        "1h00m",
+        "2h01m",
+        "1d01h",
+    ]
     now = datetime(2030, 1, 1, tzinfo=timezone.utc)
-    assert [age((now - timedelta(seconds=s)).isoformat().replace("+00:00", "Z"), now) for s in (5, 125, 7300, 200000)] == \
-        ["5s", "2m", "2h", "2d"]
+    assert [age((now - timedelta(seconds=s)).isoformat().replace("+00:00", "Z"), now) for s in (5, 125, 7300, 200000)] == [
+        "5s",
+        "2m",
+        "2h",
+        "2d",
+    ]
     assert [seconds(t) for t in ("90", "90s", "1.5m", "2h")] == [90, 90, 90, 7200]
     with pytest.raises(Exception, match="is not a duration"):
         seconds("soon")
@@ -57,20 +70,43 @@ def test_a_command_without_a_cluster_fails_in_one_line(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout, result.stderr) == (1, "", f"error: no kubeconfig at {tmp_path / 'none'}\n")
 
 
-
-
 def test_status_and_list_show_what_the_status_holds() -> None:
-    running = job(phase="Running", step=10, totalSteps=40, progress=25, etaSeconds=754, restarts=1, preemptions=2,
-                  metrics={"rewardMean": 0.4375}, validationReward=0.5, validationStep=8,
-                  lastCheckpoint={"step": 8, "path": "/ckpt/step-00000008", "time": "2030-01-01T00:10:00Z"},
-                  roles={"actor": {"active": 2, "ready": 2}},
-                  conditions=[{"type": "Running", "status": "True", "reason": "AllRanksRunning", "message": "all 2 pods are running",
-                               "lastTransitionTime": "2030-01-01T00:01:00Z"}])
+    running = job(
+        phase="Running",
+        step=10,
+        totalSteps=40,
+        progress=25,
+        etaSeconds=754,
+        restarts=1,
+        preemptions=2,
+        metrics={"rewardMean": 0.4375},
+        validationReward=0.5,
+        validationStep=8,
+        lastCheckpoint={"step": 8, "path": "/ckpt/step-00000008", "time": "2030-01-01T00:10:00Z"},
+        roles={"actor": {"active": 2, "ready": 2}},
+        conditions=[
+            {
+                "type": "Running",
+                "status": "True",
+                "reason": "AllRanksRunning",
+                "message": "all 2 pods are running",
+                "lastTransitionTime": "2030-01-01T00:01:00Z",
+            }
+        ],
+    )
     text = status_text(running)
-    for line in ("Phase:        Running", "Step:         10/40 (25%)", "Progress:     25%", "ETA:          12m34s",
-                 "Reward:       0.4375", "Validation:   0.5 at step 8", "Restarts:     1", "Preemptions:  2",
-                 "Checkpoint:   step 8 at /ckpt/step-00000008, 2030-01-01T00:10:00+00:00",
-                 "  actor:      2 active, 2 ready, 0 succeeded, 0 failed"):
+    for line in (
+        "Phase:        Running",
+        "Step:         10/40 (25%)",
+        "Progress:     25%",
+        "ETA:          12m34s",
+        "Reward:       0.4375",
+        "Validation:   0.5 at step 8",
+        "Restarts:     1",
+        "Preemptions:  2",
+        "Checkpoint:   step 8 at /ckpt/step-00000008, 2030-01-01T00:10:00+00:00",
+        "  actor:      2 active, 2 ready, 0 succeeded, 0 failed",
+    ):
         assert line in text.splitlines(), (line, text)
     assert text.splitlines()[-1].split(None, 3) == ["Running", "True", "AllRanksRunning", "all 2 pods are running"]
     assert list_table([running]).splitlines()[1].split()[:7] == ["demo", "Running", "10/40", "25%", "12m34s", "0.4375", "1"]
@@ -83,16 +119,37 @@ def test_status_and_list_show_what_the_status_holds() -> None:
 
 
 def pod(name: str, role: str, index: int, offset: int, per_pod: int = 1, attempt: int = 0, **labels: str) -> dict:
-    return {"metadata": {"name": name, "labels": {"kuberl.dev/role": role, "jobset.sigs.k8s.io/restart-attempt": str(attempt), **labels},
-                         "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
-            "spec": {"containers": [{"name": "trainer", "env": [{"name": "KUBERL_ROLE_RANK_OFFSET", "value": str(offset)},
-                                                                {"name": "KUBERL_PROCS_PER_POD", "value": str(per_pod)}]}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"kuberl.dev/role": role, "jobset.sigs.k8s.io/restart-attempt": str(attempt), **labels},
+            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "trainer",
+                    "env": [
+                        {"name": "KUBERL_ROLE_RANK_OFFSET", "value": str(offset)},
+                        {"name": "KUBERL_PROCS_PER_POD", "value": str(per_pod)},
+                    ],
+                }
+            ]
+        },
+    }
 
 
 def test_a_rank_maps_to_the_pod_of_its_completion_index() -> None:
     # 2 actor pods of 4 ranks each (ranks 0-7), then 1 critic pod of 2 ranks (8-9).
-    pods = [pod("j-critic-0-0", "critic", 0, 8, 2), pod("j-actor-0-1", "actor", 1, 0, 4), pod("j-actor-0-0", "actor", 0, 0, 4),
-            {"metadata": {"name": "j-initializer", "labels": {"kuberl.dev/component": "initializer"}}, "spec": {"containers": [{"name": "fetch"}]}}]
+    pods = [
+        pod("j-critic-0-0", "critic", 0, 8, 2),
+        pod("j-actor-0-1", "actor", 1, 0, 4),
+        pod("j-actor-0-0", "actor", 0, 0, 4),
+        {
+            "metadata": {"name": "j-initializer", "labels": {"kuberl.dev/component": "initializer"}},
+            "spec": {"containers": [{"name": "fetch"}]},
+        },
+    ]
     assert pod_ranks(pods[1]) == range(4, 8) and pod_ranks(pods[0]) == range(8, 10)
     names = lambda chosen: [p["metadata"]["name"] for p in chosen]  # noqa: E731
     assert names(select_pods(pods, None, 5)) == ["j-actor-0-1"]

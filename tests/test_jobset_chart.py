@@ -36,8 +36,12 @@ def test_the_vendored_chart_is_the_jobset_the_tests_run() -> None:
     vendored = yaml.safe_load((VENDORED / "Chart.yaml").read_text())
     assert (vendored["name"], vendored["version"], vendored["appVersion"]) == ("jobset", version.removeprefix("v"), version)
     values = yaml.safe_load((VENDORED / "values.yaml").read_text())
-    assert values["image"] == {"repository": "registry.k8s.io/jobset/jobset", "tag": version, "pullPolicy": "IfNotPresent",
-                               "pullSecrets": []}
+    assert values["image"] == {
+        "repository": "registry.k8s.io/jobset/jobset",
+        "tag": version,
+        "pullPolicy": "IfNotPresent",
+        "pullSecrets": [],
+    }
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["dependencies"] == [{"name": "jobset", "version": vendored["version"], "condition": "jobset.install"}]
     kuberl_values = yaml.safe_load((CHART / "values.yaml").read_text())["jobset"]
@@ -47,9 +51,12 @@ def test_the_vendored_chart_is_the_jobset_the_tests_run() -> None:
 
 def test_the_vendored_chart_keeps_jobsets_license() -> None:
     assert (VENDORED / "LICENSE").read_text().lstrip().startswith("Apache License\n")
-    unlicensed = [name for name, text in tree(VENDORED).items()
-                  if (name.endswith((".yaml", ".tpl")) and not name.startswith("crds/"))
-                  and b"Licensed under the Apache License, Version 2.0" not in text]
+    unlicensed = [
+        name
+        for name, text in tree(VENDORED).items()
+        if (name.endswith((".yaml", ".tpl")) and not name.startswith("crds/"))
+        and b"Licensed under the Apache License, Version 2.0" not in text
+    ]
     assert not unlicensed, unlicensed
 
 

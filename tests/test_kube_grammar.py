@@ -58,11 +58,23 @@ def test_integer_quantities_are_exact() -> None:
     assert parse_quantity(2**62) == Decimal(2**62)
 
 
-@pytest.mark.parametrize(("key", "ok"), [
-    ("team", True), ("kuberl.dev/pool", True), ("a.b-c_d", True), ("x" * 63, True),
-    ("x" * 64, False), ("-team", False), ("team name", False), ("/team", False), ("Example.com/team", False),
-    ("a/b/c", False), ("example.com/", False), ("a" * 254 + "/b", False),
-])
+@pytest.mark.parametrize(
+    ("key", "ok"),
+    [
+        ("team", True),
+        ("kuberl.dev/pool", True),
+        ("a.b-c_d", True),
+        ("x" * 63, True),
+        ("x" * 64, False),
+        ("-team", False),
+        ("team name", False),
+        ("/team", False),
+        ("Example.com/team", False),
+        ("a/b/c", False),
+        ("example.com/", False),
+        ("a" * 254 + "/b", False),
+    ],
+)
 def test_label_keys_follow_apimachinery(key: str, ok: bool) -> None:
     assert (qualified_name_errors(key) == []) is ok, qualified_name_errors(key)
 
@@ -77,10 +89,19 @@ def test_generate_name_must_make_a_valid_name(prefix: str, ok: bool) -> None:
     assert (generate_name_errors(prefix) == []) is ok
 
 
-@pytest.mark.parametrize(("image", "ok"), [
-    ("ubuntu", True), ("ghcr.io/kuberl/trainer:0.1.0", True), ("localhost:5000/a/b@sha256:" + "a" * 64, True),
-    ("Ubuntu", False), ("ghcr.io/a/b:bad tag", False), ("a@sha256:abc", False), ("a:" + "t" * 129, False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("image", "ok"),
+    [
+        ("ubuntu", True),
+        ("ghcr.io/kuberl/trainer:0.1.0", True),
+        ("localhost:5000/a/b@sha256:" + "a" * 64, True),
+        ("Ubuntu", False),
+        ("ghcr.io/a/b:bad tag", False),
+        ("a@sha256:abc", False),
+        ("a:" + "t" * 129, False),
+        ("", False),
+    ],
+)
 def test_image_references_follow_distribution_reference(image: str, ok: bool) -> None:
     assert (image_errors(image) == []) is ok, image_errors(image)
 

@@ -13,13 +13,31 @@ import torch
 from kuberl.engine import algorithms as A
 
 MASK = [[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]]
-LOGP = [[-0.5, -1.2, -0.01, -2.0], [-0.3, -0.9, -7.0, -7.0], [-7.0, -7.0, -7.0, -7.0], [-26.0, -0.7, -0.2, -7.0],
-        [-1.1, -7.0, -7.0, -7.0], [-0.05, -0.6, -0.4, -0.1]]
-DELTA = [[0.1, -0.3, 25.0, 0.0], [0.5, -0.05, 3.0, 3.0], [3.0, 3.0, 3.0, 3.0], [-25.0, 0.2, 1.0, 3.0], [0.3, 3.0, 3.0, 3.0],
-         [0.0, -0.4, 0.25, 2.0]]  # log p - log p_old; padding holds junk
+LOGP = [
+    [-0.5, -1.2, -0.01, -2.0],
+    [-0.3, -0.9, -7.0, -7.0],
+    [-7.0, -7.0, -7.0, -7.0],
+    [-26.0, -0.7, -0.2, -7.0],
+    [-1.1, -7.0, -7.0, -7.0],
+    [-0.05, -0.6, -0.4, -0.1],
+]
+DELTA = [
+    [0.1, -0.3, 25.0, 0.0],
+    [0.5, -0.05, 3.0, 3.0],
+    [3.0, 3.0, 3.0, 3.0],
+    [-25.0, 0.2, 1.0, 3.0],
+    [0.3, 3.0, 3.0, 3.0],
+    [0.0, -0.4, 0.25, 2.0],
+]  # log p - log p_old; padding holds junk
 OLD = [[lp - d for lp, d in zip(r1, r2)] for r1, r2 in zip(LOGP, DELTA)]
-ADV = [[1.0, -1.0, 0.5, 2.0], [-2.0, 0.5, 9.0, 9.0], [9.0, 9.0, 9.0, 9.0], [-1.0, 1.5, -0.3, 9.0], [0.7, 9.0, 9.0, 9.0],
-       [0.0, -1.2, 0.8, -0.6]]  # the ±25 log-ratios are clipped where a loss clips, so that no token drowns the others
+ADV = [
+    [1.0, -1.0, 0.5, 2.0],
+    [-2.0, 0.5, 9.0, 9.0],
+    [9.0, 9.0, 9.0, 9.0],
+    [-1.0, 1.5, -0.3, 9.0],
+    [0.7, 9.0, 9.0, 9.0],
+    [0.0, -1.2, 0.8, -0.6],
+]  # the ±25 log-ratios are clipped where a loss clips, so that no token drowns the others
 # Without the ±25 log-ratios: for the losses that do not clip, where one such token would be the whole loss.
 MODERATE = [[lp - (0.4 if abs(d) > 20 else d) for lp, d in zip(r1, r2)] for r1, r2 in zip(LOGP, DELTA)]
 B, T = len(MASK), len(MASK[0])
@@ -192,8 +210,12 @@ def test_kl_cov_counts_its_budget_over_response_tokens_not_padding() -> None:
     cov = cov_terms()
     k = max(1, int(0.25 * len(cov)))  # verl: max(1, int(fraction * valid tokens)) = 3 here; over all B·T positions it was 6
     held = sorted(cov, key=cov.get, reverse=True)[:k]
-    check("kl_cov", agg(lambda i, j: -ADV[i][j] * ratio(i, j, MODERATE) + (abs(LOGP[i][j] - MODERATE[i][j]) if (i, j) in held else 0.0)),
-          old=MODERATE, fraction=0.25)
+    check(
+        "kl_cov",
+        agg(lambda i, j: -ADV[i][j] * ratio(i, j, MODERATE) + (abs(LOGP[i][j] - MODERATE[i][j]) if (i, j) in held else 0.0)),
+        old=MODERATE,
+        fraction=0.25,
+    )
 
 
 @pytest.mark.parametrize("level", ["token", "sequence", "none"])
@@ -239,4 +261,6 @@ def test_dpo_over_row_pairs_is_the_published_loss() -> None:
     margins = [0.1 * ((seq[2 * p] - rseq[2 * p]) - (seq[2 * p + 1] - rseq[2 * p + 1])) for p in range(B // 2)]
     expected = sum(-0.9 * math.log(1 / (1 + math.exp(-m))) - 0.1 * math.log(1 / (1 + math.exp(m))) for m in margins) / len(margins)
     loss, stats = A.policy_loss_entry("dpo").fn(inputs(ref_logprobs=t(ref)), beta=0.1, label_smoothing=0.1)
-    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5) and float(stats["reward_margin"]) == pytest.approx(sum(margins) / 3, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-5) and float(stats["reward_margin"]) == pytest.approx(
+        sum(margins) / 3, rel=1e-5
+    )

@@ -33,10 +33,36 @@ SOURCE = "fuzz.yaml"
 LOCATED = re.compile(rf"^{re.escape(SOURCE)}:\d+(:\d+)?( \(.+\))?$")
 WHOLE_FILE = ("no RLJob found", "larger than")
 
-_tricky_text = st.sampled_from([
-    "", " ", "-1", "0", "1e999", "500m", "-4Gi", "4GB", "s3://bucket/x", "https://x/y.py", "NaN", "~", "null",
-    "yes", "<<", "*", "&a", "a" * 300, "ÄÖÜ", "名前", "🧮", "\u202e", "x/y/z", "-bad", "Bad_Name", "a" * 64,
-])
+_tricky_text = st.sampled_from(
+    [
+        "",
+        " ",
+        "-1",
+        "0",
+        "1e999",
+        "500m",
+        "-4Gi",
+        "4GB",
+        "s3://bucket/x",
+        "https://x/y.py",
+        "NaN",
+        "~",
+        "null",
+        "yes",
+        "<<",
+        "*",
+        "&a",
+        "a" * 300,
+        "ÄÖÜ",
+        "名前",
+        "🧮",
+        "\u202e",
+        "x/y/z",
+        "-bad",
+        "Bad_Name",
+        "a" * 64,
+    ]
+)
 _leaf = st.one_of(
     st.none(),
     st.booleans(),

@@ -154,8 +154,10 @@ def test_cluster_rules_name_the_field_the_path_and_the_fix(kuberl_cli: str) -> N
     path = MANIFESTS / "bad" / "cluster-data-not-mounted.yaml"
     refused = subprocess.run([kuberl_cli, "validate", str(path)], capture_output=True, text=True)
     assert refused.returncode == 1
-    assert (f"error: {path}: spec.data.train.path: /datasets/train.jsonl is under no volumeMount of roles.actor, "
-            "and those pods read it: mount the volume that holds it: add it to spec.volumes") in refused.stderr
+    assert (
+        f"error: {path}: spec.data.train.path: /datasets/train.jsonl is under no volumeMount of roles.actor, "
+        "and those pods read it: mount the volume that holds it: add it to spec.volumes"
+    ) in refused.stderr
     assert "spec.roles.actor.volumeMounts (e.g. mountPath: /datasets)" in refused.stderr
     # The same file is fine for `kuberl run`, which reads this machine's /datasets.
     assert subprocess.run([kuberl_cli, "validate", "--local", str(path)], capture_output=True).returncode == 0

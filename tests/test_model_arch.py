@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from kuberl.engine.models.arch import (LinearScaling, UnsupportedModel, YarnScaling, read_rope_scaling,
-                                       rope_scaling_factor)
+from kuberl.engine.models.arch import LinearScaling, UnsupportedModel, YarnScaling, read_rope_scaling, rope_scaling_factor
 
 LLAMA31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
@@ -18,9 +17,15 @@ def test_plain_rope_has_no_factor() -> None:
     assert rope_scaling_factor({"rope_type": "default", "rope_theta": 500000.0}) is None  # transformers 5's rope_parameters
 
 
-@pytest.mark.parametrize("scaling,factor", [(LLAMA31, 8.0), ({**LLAMA31, "factor": 32.0}, 32.0),  # Llama 3.1/3.3, and 3.2
-                                            ({**LLAMA31, "rope_theta": 500000.0}, 8.0),  # as transformers 5 writes it
-                                            ({**{k: v for k, v in LLAMA31.items() if k != "rope_type"}, "type": "llama3"}, 8.0)])  # the older key
+@pytest.mark.parametrize(
+    "scaling,factor",
+    [
+        (LLAMA31, 8.0),
+        ({**LLAMA31, "factor": 32.0}, 32.0),  # Llama 3.1/3.3, and 3.2
+        ({**LLAMA31, "rope_theta": 500000.0}, 8.0),  # as transformers 5 writes it
+        ({**{k: v for k, v in LLAMA31.items() if k != "rope_type"}, "type": "llama3"}, 8.0),
+    ],
+)  # the older key
 def test_llama3_scaling_is_read(scaling: dict, factor: float) -> None:
     assert rope_scaling_factor(scaling) == factor
 
@@ -28,8 +33,9 @@ def test_llama3_scaling_is_read(scaling: dict, factor: float) -> None:
 def test_llama3_scaling_that_leaves_a_number_out_is_refused() -> None:
     # Left out, transformers takes max_position_embeddings for the original context where megatron-core takes 8192.
     for left_out in ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"):
-        with pytest.raises(UnsupportedModel, match=f"llama3 rope_scaling without {left_out} is not supported: every Llama "
-                                                   "3.1-3.3 config names them"):
+        with pytest.raises(
+            UnsupportedModel, match=f"llama3 rope_scaling without {left_out} is not supported: every Llama 3.1-3.3 config names them"
+        ):
             read_rope_scaling({k: v for k, v in LLAMA31.items() if k != left_out})
 
 
@@ -40,8 +46,7 @@ def test_linear_and_yarn_scaling_are_read_into_their_records() -> None:
     assert read_rope_scaling(qwen3, max_position_embeddings=131072) == YarnScaling(4.0, 32768)
     assert rope_scaling_factor(qwen3) == 4.0
     # transformers' order for the pretraining context: the config's top-level key, rope_scaling's, max_position_embeddings.
-    assert read_rope_scaling({**qwen3, "original_max_position_embeddings": None}, max_position_embeddings=40960) \
-        == YarnScaling(4.0, 40960)
+    assert read_rope_scaling({**qwen3, "original_max_position_embeddings": None}, max_position_embeddings=40960) == YarnScaling(4.0, 40960)
     assert read_rope_scaling(qwen3, original_max_position_embeddings=4096).original_max_position_embeddings == 4096
     # transformers and vLLM take mscale over mscale_all_dim only where both are set and non-zero (DeepSeek's).
     deepseek = read_rope_scaling({**qwen3, "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 16, "truncate": False})
@@ -49,29 +54,47 @@ def test_linear_and_yarn_scaling_are_read_into_their_records() -> None:
     assert read_rope_scaling({**qwen3, "mscale": 0.707}) == YarnScaling(4.0, 32768)  # mscale 1 over 0: get_mscale(factor)
 
 
-@pytest.mark.parametrize("scaling,words", [
-    ({"rope_type": "dynamic", "factor": 2.0}, "'dynamic' is not supported (supported: default, llama3, linear, yarn)"),
-    ({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [4.0]}, "'longrope' is not supported"),
-    ({"rope_type": "ntk", "factor": 2.0}, "'ntk' is not supported"),
-    ({**LLAMA31, "original_max_position_embeddings": 4096}, "original_max_position_embeddings"),
-    ({**LLAMA31, "low_freq_factor": 2.0}, "low_freq_factor"),
-    ({**LLAMA31, "factor": 0.5}, "at least 1"),
-    ({"rope_type": "linear", "factor": 0.5}, "linear rope_scaling factor 0.5 is not supported: it must be a number of at least 1"),
-    ({"rope_type": "linear"}, "linear rope_scaling without a factor"),
-    ({"rope_type": "linear", "factor": 4}, "vLLM takes it only as a float (write 4.0)"),
-    ({"rope_type": "yarn", "factor": 4.0}, "yarn rope_scaling with original_max_position_embeddings=None"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "attention_factor": 1.2},
-     "attention_factor=1.2 is not supported: megatron-core derives it"),
-    ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "beta_fast": None}, "beta_fast=None"),
-])
+@pytest.mark.parametrize(
+    "scaling,words",
+    [
+        ({"rope_type": "dynamic", "factor": 2.0}, "'dynamic' is not supported (supported: default, llama3, linear, yarn)"),
+        ({"rope_type": "longrope", "short_factor": [1.0], "long_factor": [4.0]}, "'longrope' is not supported"),
+        ({"rope_type": "ntk", "factor": 2.0}, "'ntk' is not supported"),
+        ({**LLAMA31, "original_max_position_embeddings": 4096}, "original_max_position_embeddings"),
+        ({**LLAMA31, "low_freq_factor": 2.0}, "low_freq_factor"),
+        ({**LLAMA31, "factor": 0.5}, "at least 1"),
+        ({"rope_type": "linear", "factor": 0.5}, "linear rope_scaling factor 0.5 is not supported: it must be a number of at least 1"),
+        ({"rope_type": "linear"}, "linear rope_scaling without a factor"),
+        ({"rope_type": "linear", "factor": 4}, "vLLM takes it only as a float (write 4.0)"),
+        ({"rope_type": "yarn", "factor": 4.0}, "yarn rope_scaling with original_max_position_embeddings=None"),
+        (
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "attention_factor": 1.2},
+            "attention_factor=1.2 is not supported: megatron-core derives it",
+        ),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192, "beta_fast": None}, "beta_fast=None"),
+    ],
+)
 def test_anything_megatron_core_would_compute_otherwise_is_refused(scaling: dict, words: str) -> None:
     with pytest.raises(UnsupportedModel, match=re.escape(words)):
         rope_scaling_factor(scaling)
 
 
-QWEN3_06B = {"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
-             "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
-             "max_position_embeddings": 40960, "tie_word_embeddings": True, "attention_bias": False, "use_sliding_window": False}
+QWEN3_06B = {
+    "model_type": "qwen3",
+    "vocab_size": 151936,
+    "hidden_size": 1024,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+    "attention_bias": False,
+    "use_sliding_window": False,
+}
 
 
 def test_qwen3_is_read_with_its_qk_norms_and_its_own_head_size() -> None:
@@ -142,22 +165,37 @@ def test_a_job_names_a_mixture_of_experts_model_with_its_expert_layout() -> None
     from kuberl.engine.models.support import check_model
 
     def config(layout: dict, ranks: int = 1) -> EngineConfig:
-        return EngineConfig.model_validate({
-            "job": "j", "worldSize": ranks, "masterPort": 29500, "model": {"path": "/m"},
-            "data": {"train": {"path": "d.jsonl"}}, "algorithm": {"name": "grpo"},
-            "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1},
-            "roles": {"actor": {"ranks": ranks, "rankOffset": 0, "procsPerPod": 1, "layout": layout}}})
+        return EngineConfig.model_validate(
+            {
+                "job": "j",
+                "worldSize": ranks,
+                "masterPort": 29500,
+                "model": {"path": "/m"},
+                "data": {"train": {"path": "d.jsonl"}},
+                "algorithm": {"name": "grpo"},
+                "reward": {"rules": [{"name": "math_answer"}]},
+                "trainer": {"totalSteps": 1},
+                "roles": {"actor": {"ranks": ranks, "rankOffset": 0, "procsPerPod": 1, "layout": layout}},
+            }
+        )
 
-    moe = {**QWEN3_06B, "model_type": "qwen3_moe", "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
-           "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True}
+    moe = {
+        **QWEN3_06B,
+        "model_type": "qwen3_moe",
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 256,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "norm_topk_prob": True,
+    }
     assert check_model(moe, config({"dp": 1})).num_experts == 8
     assert check_model(moe, config({"dp": 4, "ep": 4}, 4)).num_experts == 8
     with pytest.raises(UnsupportedModel, match="roles.actor.layout: ep=16 must divide the 8 experts"):
         check_model(moe, config({"dp": 16, "ep": 16}, 16))
     with pytest.raises(UnsupportedModel, match="roles.actor.layout: tp=2 is not supported for mixture-of-experts"):
         check_model(moe, config({"tp": 2}, 2))
-    lora = config({"dp": 1}).model_copy(update={"trainer": config({"dp": 1}).trainer.model_copy(
-        update={"lora": LoRASpec(rank=8)})})
+    lora = config({"dp": 1}).model_copy(update={"trainer": config({"dp": 1}).trainer.model_copy(update={"lora": LoRASpec(rank=8)})})
     with pytest.raises(UnsupportedModel, match="trainer.lora: LoRA on a mixture-of-experts model is not supported yet"):
         check_model(moe, lora)
     assert check_model(QWEN3_06B, config({"dp": 1})).qk_norm  # a dense Qwen3 passes

@@ -65,8 +65,9 @@ def test_the_tests_a_family_names_exist(name: str) -> None:
         assert function in functions, f"{name}: {node_id}: {path.name} has no function {function}"
         if parameter is not None and not (parameter == name and _parametrized_over_the_registry(functions[function])):
             # the family's case: a value the test is parametrized with, or its fixture's key
-            assert parameter in _strings_around(functions[function], functions), \
+            assert parameter in _strings_around(functions[function], functions), (
                 f"{name}: {node_id}: {function} is not parametrized with, nor reads, {parameter!r}"
+            )
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -122,10 +123,19 @@ def test_a_job_runs_the_families_without_a_job_refusal() -> None:
     from kuberl.engine.config.topology import EngineConfig
     from kuberl.engine.models.support import check_model
 
-    config = EngineConfig.model_validate({
-        "job": "j", "worldSize": 1, "masterPort": 29500, "model": {"path": "/m"}, "data": {"train": {"path": "d.jsonl"}},
-        "algorithm": {"name": "grpo"}, "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1},
-        "roles": {"actor": {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}}})
+    config = EngineConfig.model_validate(
+        {
+            "job": "j",
+            "worldSize": 1,
+            "masterPort": 29500,
+            "model": {"path": "/m"},
+            "data": {"train": {"path": "d.jsonl"}},
+            "algorithm": {"name": "grpo"},
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "trainer": {"totalSteps": 1},
+            "roles": {"actor": {"ranks": 1, "rankOffset": 0, "procsPerPod": 1, "layout": {"dp": 1}}},
+        }
+    )
     for family in FAMILIES.values():
         if family.job_refusal is None:
             assert check_model(family.example, config).vocab_size == family.example["vocab_size"]

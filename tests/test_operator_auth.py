@@ -15,8 +15,11 @@ def test_in_cluster_token_is_read_through_the_loader_and_its_lower_case_prefix_d
     (tmp_path / "token").write_text("sa-token-1")
     (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
     configuration = client.Configuration()
-    loader = InClusterConfigLoader(str(tmp_path / "token"), str(tmp_path / "ca.crt"),
-                                   environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    loader = InClusterConfigLoader(
+        str(tmp_path / "token"),
+        str(tmp_path / "ca.crt"),
+        environ={"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"},
+    )
     loader.load_and_set(configuration)
     assert bearer_token(configuration) == "sa-token-1"
 

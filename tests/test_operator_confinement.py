@@ -25,8 +25,10 @@ from .label_selectors import selects
 EXAMPLES = Path(__file__).parent.parent / "examples"
 NOW = datetime(2026, 12, 6, 3, 0, tzinfo=timezone.utc)
 UID = "3f0c-uid-of-this-rljob"
-PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-              "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+PROMETHEUS = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
 SETTINGS = OperatorSettings(default_image="registry.example.com/kuberl-trainer:0.1.0", metrics_peers=(PROMETHEUS,))
 
 
@@ -59,11 +61,15 @@ def test_a_child_name_is_written_only_when_absent_or_controlled_by_this_rljob() 
     assert "no controller" in conflict.sentence()
 
 
-@pytest.mark.parametrize("ref", [
-    {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "name": "ppo-qwen-math", "uid": "an-earlier-job", "controller": True},
-    {"apiVersion": "apps/v1", "kind": "Deployment", "name": "ppo-qwen-math", "uid": UID, "controller": True},
-    {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "name": "ppo-qwen-math", "uid": UID},  # owner, not controller
-], ids=["same-name-other-uid", "other-kind-same-uid", "not-controller"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "name": "ppo-qwen-math", "uid": "an-earlier-job", "controller": True},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "name": "ppo-qwen-math", "uid": UID, "controller": True},
+        {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "name": "ppo-qwen-math", "uid": UID},  # owner, not controller
+    ],
+    ids=["same-name-other-uid", "other-kind-same-uid", "not-controller"],
+)
 def test_an_object_another_owner_controls_is_a_conflict(ref: dict) -> None:
     desired = plan(ppo(), uid=UID, settings=SETTINGS)
     role = next(o for o in desired.support if o["kind"] == "Role")
@@ -91,8 +97,9 @@ def test_a_conflict_creates_nothing_and_says_which_object_until_the_name_is_free
     freed = with_name_conflicts(again, [], NOW)
     assert freed.create_jobset or freed.create_initializer
     assert [c.status for c in freed.status.conditions if c.type == NAME_CONFLICT] == ["False"]
-    assert with_name_conflicts(decide(ppo(), Observed(), NOW), [], NOW).status.conditions == \
-        decide(ppo(), Observed(), NOW).status.conditions  # no condition where none was ever set
+    assert (
+        with_name_conflicts(decide(ppo(), Observed(), NOW), [], NOW).status.conditions == decide(ppo(), Observed(), NOW).status.conditions
+    )  # no condition where none was ever set
 
 
 # --- the ServiceAccount token ----------------------------------------------------------------------
@@ -104,16 +111,26 @@ def test_the_token_is_mounted_only_in_the_pods_of_the_controller_rank() -> None:
     mounted = {name: t["spec"]["automountServiceAccountToken"] for name, t in pods.items()}
     assert mounted == {"actor": True, "actor-peers": False, "critic": False, "initializer": False}
     # The tracking secrets follow the token: only the controller's pod tracks.
-    secrets = {name: [e["name"] for e in t["spec"]["containers"][0].get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
-               for name, t in pods.items()}
+    secrets = {
+        name: [e["name"] for e in t["spec"]["containers"][0].get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
+        for name, t in pods.items()
+    }
     assert secrets["actor-peers"] == [] and secrets["critic"] == []
 
 
 # --- progress bounded before it enters the status ---------------------------------------------------
 
-GOOD = {"step": 7, "totalSteps": 10, "rewardMean": 0.625, "kl": 0.01, "tokensPerSecond": 240.0, "etaSeconds": 30.5,
-        "lastCheckpoint": {"step": 5, "path": "/checkpoints/step-5", "time": "2026-12-06T02:00:00Z"},
-        "validationRewardMean": 0.5, "validationStep": 5}
+GOOD = {
+    "step": 7,
+    "totalSteps": 10,
+    "rewardMean": 0.625,
+    "kl": 0.01,
+    "tokensPerSecond": 240.0,
+    "etaSeconds": 30.5,
+    "lastCheckpoint": {"step": 5, "path": "/checkpoints/step-5", "time": "2026-12-06T02:00:00Z"},
+    "validationRewardMean": 0.5,
+    "validationStep": 5,
+}
 HOSTILE = {
     "megabyte-path": {**GOOD, "lastCheckpoint": {"step": 5, "path": "/c/" + "x" * (1 << 20)}},
     "long-path-within-size": {**GOOD, "lastCheckpoint": {"step": 5, "path": "/" + "x" * 2000}},
@@ -156,8 +173,12 @@ def test_a_hostile_progress_report_never_reaches_the_status(name: str) -> None:
     job = ppo()
     job.status = before
     written = decide(job, Observed(progress=raw), NOW).status
-    assert (written.step, written.total_steps, written.eta_seconds, written.last_checkpoint) == \
-        (before.step, before.total_steps, before.eta_seconds, before.last_checkpoint)
+    assert (written.step, written.total_steps, written.eta_seconds, written.last_checkpoint) == (
+        before.step,
+        before.total_steps,
+        before.eta_seconds,
+        before.last_checkpoint,
+    )
     assert len(written.model_dump_json()) < 8 * 1024
 
 
@@ -170,8 +191,7 @@ def test_a_report_over_the_size_bound_is_refused_before_it_is_parsed() -> None:
 # --- the NetworkPolicy against the pods' labels -----------------------------------------------------
 
 
-def admits(peer: dict[str, Any], pod_labels: dict[str, str], pod_namespace: str, ns_labels: dict[str, str],
-           policy_namespace: str) -> bool:
+def admits(peer: dict[str, Any], pod_labels: dict[str, str], pod_namespace: str, ns_labels: dict[str, str], policy_namespace: str) -> bool:
     """Whether a NetworkPolicy peer (podSelector and/or namespaceSelector) admits a pod."""
     if "namespaceSelector" in peer:
         if not selects(peer["namespaceSelector"], ns_labels):

@@ -16,7 +16,7 @@ from .python_imports import resolved_imports
 REPO = Path(__file__).resolve().parent.parent
 OPERATOR, CLIENT = REPO / "operator", REPO / "client"
 LAYERS = tuple(name for name, _ in OPERATOR_LAYERS)
-ORDER = (*LAYERS[: LAYERS.index("cli")], "client", *LAYERS[LAYERS.index("cli"):])
+ORDER = (*LAYERS[: LAYERS.index("cli")], "client", *LAYERS[LAYERS.index("cli") :])
 """Every layer with the client in its place."""
 
 

@@ -58,11 +58,14 @@ def test_the_operator_never_imports_the_client(repo: Path) -> None:
     offenders = [
         str(path.relative_to(repo))
         for path in (repo / "operator").rglob("*.py")
-        if path.relative_to(repo).as_posix() != "operator/cli/jobs.py" and ("kuberl.client" in path.read_text() or "from ..client" in path.read_text())
+        if path.relative_to(repo).as_posix() != "operator/cli/jobs.py"
+        and ("kuberl.client" in path.read_text() or "from ..client" in path.read_text())
     ]
     assert offenders == []
-    code = ("import sys, kuberl.operator.cli.commands, kuberl.operator.control.controller, kuberl.operator.control.reconcile; "
-            "assert not [m for m in sys.modules if m.startswith('kuberl.client')], 'kuberl.client imported'")
+    code = (
+        "import sys, kuberl.operator.cli.commands, kuberl.operator.control.controller, kuberl.operator.control.reconcile; "
+        "assert not [m for m in sys.modules if m.startswith('kuberl.client')], 'kuberl.client imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -89,8 +89,12 @@ def test_token_budget_fills_micro_batches_in_order():
 
 
 @settings(max_examples=200, deadline=None)
-@given(groups=st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(1, 5), min_size=1, max_size=4)), min_size=1, max_size=6),
-       budget=st.integers(1, 30), share=st.booleans(), span=st.sampled_from([None, 2.0, 40.0]))
+@given(
+    groups=st.lists(st.tuples(st.integers(1, 6), st.lists(st.integers(1, 5), min_size=1, max_size=4)), min_size=1, max_size=6),
+    budget=st.integers(1, 30),
+    share=st.booleans(),
+    span=st.sampled_from([None, 2.0, 40.0]),
+)
 def test_token_budget_is_greedy_over_computed_positions(groups, budget, share, span):
     # Prompts of distinct tokens (prompt k is k repeated), each with its samples' response lengths.
     prompts = [[k + 1] * length for k, (length, samples) in enumerate(groups) for _ in samples]
@@ -130,19 +134,33 @@ def test_attention_span_of_smollm2_balances_a_layer_against_its_attention():
     from kuberl.engine.models.arch import LlamaArch
     from kuberl.engine.training.packing import attention_span
 
-    arch = LlamaArch(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
-                     num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=2048,
-                     tie_word_embeddings=True, qkv_bias=False)
+    arch = LlamaArch(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=1e4,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        qkv_bias=False,
+    )
     # A layer: 576 x (2 x 576 + 2 x 192) + 3 x 576 x 1536 weights; a pair of positions: 4 x 576 FLOPs, weighed 2 times.
     assert attention_span(arch) == 2 * (576 * (2 * 576 + 2 * 192) + 3 * 576 * 1536) / (8 * 576) == 1536
 
 
-@pytest.mark.parametrize("tokens,world,expected", [
-    ([10, 10, 10, 10], 2, [[0, 1], [2, 3]]),
-    ([100, 1, 1, 1, 1, 1], 2, [[0], [1, 2, 3, 4, 5]]),  # by tokens, not rows
-    ([1, 1, 1, 100], 2, [[0, 1, 2], [3]]),
-    ([3, 3], 4, [[0], [1], [], []]),
-])
+@pytest.mark.parametrize(
+    "tokens,world,expected",
+    [
+        ([10, 10, 10, 10], 2, [[0, 1], [2, 3]]),
+        ([100, 1, 1, 1, 1, 1], 2, [[0], [1, 2, 3, 4, 5]]),  # by tokens, not rows
+        ([1, 1, 1, 100], 2, [[0, 1, 2], [3]]),
+        ([3, 3], 4, [[0], [1], [], []]),
+    ],
+)
 def test_dp_shards_balance_tokens_and_cover_every_row(tokens, world, expected):
     assert [list(shard_by_tokens(tokens, r, world)) for r in range(world)] == expected
 

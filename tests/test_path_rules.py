@@ -12,20 +12,23 @@ from kuberl.operator.validation.cluster_rules import cluster_problems
 from kuberl.operator.validation.manifest import parse_rljob
 
 
-@pytest.mark.parametrize(("path", "root", "inside"), [
-    ("/data/x", "/data", True),
-    ("/data", "/data", True),
-    ("/data/./x", "/data", True),
-    ("/data//x", "/data", True),
-    ("/data/x", "/data/", True),
-    ("/datax", "/data", False),
-    ("/data/../proc/self/environ", "/data", False),  # a string prefix says yes; the path is /proc/self/environ
-    ("/data/x/../../etc", "/data", False),
-    ("/data/x/..", "/data", True),                   # /data itself
-    ("../data/x", "../data", False),                 # climbs above its start: under nothing
-    ("/data/x\0", "/data", False),
-    ("/proc", "/", True),
-])
+@pytest.mark.parametrize(
+    ("path", "root", "inside"),
+    [
+        ("/data/x", "/data", True),
+        ("/data", "/data", True),
+        ("/data/./x", "/data", True),
+        ("/data//x", "/data", True),
+        ("/data/x", "/data/", True),
+        ("/datax", "/data", False),
+        ("/data/../proc/self/environ", "/data", False),  # a string prefix says yes; the path is /proc/self/environ
+        ("/data/x/../../etc", "/data", False),
+        ("/data/x/..", "/data", True),  # /data itself
+        ("../data/x", "../data", False),  # climbs above its start: under nothing
+        ("/data/x\0", "/data", False),
+        ("/proc", "/", True),
+    ],
+)
 def test_under_compares_normalised_paths(path: str, root: str, inside: bool) -> None:
     assert under(path, root) is inside
 
@@ -35,9 +38,35 @@ def test_revisions_in_gits_ref_grammar_pass(revision: str) -> None:
     assert ModelSpec(hub_id="org/model", revision=revision).revision == revision
 
 
-@pytest.mark.parametrize("revision", ["../..", "..", "a..b", "/main", "main/", "a//b", ".hidden", "refs/.x", "main.lock",
-                                      "x.lock/y", "main.", "@", "a@{1}", "a b", "a:b", "a~1", "a^", "a?", "a*", "a[", "a\\b",
-                                      "a\x00b", "a\tb", "a\x7f"])
+@pytest.mark.parametrize(
+    "revision",
+    [
+        "../..",
+        "..",
+        "a..b",
+        "/main",
+        "main/",
+        "a//b",
+        ".hidden",
+        "refs/.x",
+        "main.lock",
+        "x.lock/y",
+        "main.",
+        "@",
+        "a@{1}",
+        "a b",
+        "a:b",
+        "a~1",
+        "a^",
+        "a?",
+        "a*",
+        "a[",
+        "a\\b",
+        "a\x00b",
+        "a\tb",
+        "a\x7f",
+    ],
+)
 def test_revisions_outside_gits_ref_grammar_are_refused(revision: str) -> None:
     from kuberl.operator.validation.manifest import ManifestError
 
@@ -50,9 +79,15 @@ def test_revisions_outside_gits_ref_grammar_are_refused(revision: str) -> None:
 
 
 def _job(**spec) -> dict:
-    base = {"model": {"path": "/models/m"}, "data": {"train": {"path": "/data/train.jsonl"}}, "algorithm": {"name": "grpo"},
-            "rollout": {"samplesPerPrompt": 2}, "reward": {"rules": [{"name": "math_answer"}]}, "roles": {"actor": {"replicas": 1}},
-            "trainer": {"totalSteps": 1, "promptsPerStep": 1}}
+    base = {
+        "model": {"path": "/models/m"},
+        "data": {"train": {"path": "/data/train.jsonl"}},
+        "algorithm": {"name": "grpo"},
+        "rollout": {"samplesPerPrompt": 2},
+        "reward": {"rules": [{"name": "math_answer"}]},
+        "roles": {"actor": {"replicas": 1}},
+        "trainer": {"totalSteps": 1, "promptsPerStep": 1},
+    }
     return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "j"}, "spec": {**base, **spec}}
 
 
@@ -60,8 +95,7 @@ def test_a_climbing_path_never_passes_the_cluster_check_of_its_mount() -> None:
     """The attack: /data is mounted, and /data/../proc/self/environ "is under /data" as strings."""
     volumes = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
     mounts = [{"name": "data", "mountPath": "/data"}]
-    job = _job(volumes=volumes, roles={"actor": {"replicas": 1, "volumeMounts": mounts}}, model={"hubId": "org/m"},
-               cache={"size": "1Gi"})
+    job = _job(volumes=volumes, roles={"actor": {"replicas": 1, "volumeMounts": mounts}}, model={"hubId": "org/m"}, cache={"size": "1Gi"})
     assert not [p for p in cluster_problems(parse_rljob(job, "j.yaml"), "j.yaml") if p.path == "spec.data.train.path"]
     job["spec"]["data"]["train"]["path"] = "/data/../proc/self/environ"
     from kuberl.operator.validation.manifest import ManifestError

@@ -60,8 +60,11 @@ def test_plan_makes_one_indexed_job_per_role_with_pods() -> None:
     container = pod["containers"][0]
     assert container["resources"]["limits"] == {"memory": "256Gi", "nvidia.com/gpu": "8"}
     assert container["securityContext"] == {
-        "runAsNonRoot": True, "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
     env = {e["name"]: e for e in container["env"]}
     # The model comes from the cache the initializer filled: trainers never reach the hub, nor hold its token.
@@ -77,7 +80,9 @@ def test_tracking_credentials_reach_only_the_actor_pods_and_only_by_reference() 
     doc["metadata"]["namespace"] = "ns"
     doc["spec"]["algorithm"]["klCoef"] = 0.01
     doc["spec"]["roles"]["ref"] = {"replicas": 1}  # a second role with pods of its own
-    doc["spec"]["monitoring"]["tracking"][1].update(trackingUri="http://mlflow:5000", tokenSecretRef={"name": "mlflow-token", "key": "token"})
+    doc["spec"]["monitoring"]["tracking"][1].update(
+        trackingUri="http://mlflow:5000", tokenSecretRef={"name": "mlflow-token", "key": "token"}
+    )
     job = parse_rljob(doc, "t")
     desired = plan(job, uid="u", settings=SETTINGS)
     actor_env = {e["name"]: e for e in jobs_of(desired)["actor"]["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -94,8 +99,14 @@ def test_tracking_credentials_reach_only_the_actor_pods_and_only_by_reference() 
 def test_trainer_may_only_write_its_progress_configmap() -> None:
     desired = plan(example("grpo-smollm2-arith.yaml"), uid="u", settings=SETTINGS)
     role = next(o for o in desired.support if o["kind"] == "Role")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "resourceNames": ["grpo-smollm2-arith-progress"], "verbs": ["get", "update", "patch"]}]
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["grpo-smollm2-arith-progress"],
+            "verbs": ["get", "update", "patch"],
+        }
+    ]
     assert all(o["metadata"]["labels"][LABEL_JOB] == "grpo-smollm2-arith" for o in desired.support)
 
 
@@ -115,12 +126,16 @@ def test_one_jobset_holds_every_role_with_pods_and_restarts_the_gang() -> None:
     assert [r["name"] for r in spec["replicatedJobs"]] == ["actor", "actor-peers", "critic"]  # ref is colocated
     # A failed pod fails its Job (backoffLimit 0) and JobSet recreates every Job: the backoffLimit left; unless a
     # rank exited 3 (a restart cannot help): its Job's podFailurePolicy fails it, and that fails the JobSet.
-    assert spec["failurePolicy"] == {"maxRestarts": 3, "restartStrategy": "Recreate", "rules": [
-        {"name": "NotRetryable", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}]}
+    assert spec["failurePolicy"] == {
+        "maxRestarts": 3,
+        "restartStrategy": "Recreate",
+        "rules": [{"name": "NotRetryable", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+    }
     for replicated in spec["replicatedJobs"]:
         job_spec = replicated["template"]["spec"]
-        assert job_spec["backoffLimit"] == 0 and job_spec["podFailurePolicy"] == {"rules": [
-            {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [3]}}]}
+        assert job_spec["backoffLimit"] == 0 and job_spec["podFailurePolicy"] == {
+            "rules": [{"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [3]}}]
+        }
         [trainer] = job_spec["template"]["spec"]["containers"]
         assert trainer["name"] == "trainer" and trainer["terminationMessagePolicy"] == "FallbackToLogsOnError"
         assert job_spec["template"]["spec"]["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
@@ -176,7 +191,12 @@ def test_separate_placement_gives_the_rollout_role_pods_of_its_own_after_the_act
     [container] = pod["containers"]
     assert container["command"] == ["kuberl", "worker"]
     env = {e["name"]: e.get("value") for e in container["env"]}
-    assert (env["KUBERL_ROLE"], env["KUBERL_ROLE_RANK_OFFSET"], env["KUBERL_PROCS_PER_POD"], env["WORLD_SIZE"]) == ("rollout", "2", "1", "4")
+    assert (env["KUBERL_ROLE"], env["KUBERL_ROLE_RANK_OFFSET"], env["KUBERL_PROCS_PER_POD"], env["WORLD_SIZE"]) == (
+        "rollout",
+        "2",
+        "1",
+        "4",
+    )
     assert env["MASTER_ADDR"] == "gen-actor-0-0.gen.ns.svc"
     # gpusPerReplica is the pods' GPU limit; the rest of the pod is the actor's (requests, tolerations, volumes).
     assert container["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"nvidia.com/gpu": "1"}}

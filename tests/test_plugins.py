@@ -22,8 +22,7 @@ def test_the_example_plugin_registers_an_estimator_with_hand_computed_values() -
     entry = A.advantage_estimator("median_baseline")
     assert entry.min_samples == 2 and entry.options == {"scale": 1.0}
     # Group 0: scores 1, 0, 5 -> median 1; group 1: 2, 4 -> torch's median is the lower middle, 2.
-    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 5.0, 2.0, 4.0]), group=torch.tensor([0, 0, 0, 1, 1]),
-                               mask=torch.ones(5, 1))
+    inputs = A.AdvantageInputs(scores=torch.tensor([1.0, 0.0, 5.0, 2.0, 4.0]), group=torch.tensor([0, 0, 0, 1, 1]), mask=torch.ones(5, 1))
     out = entry.fn(inputs, scale=2.0).advantages[:, 0]
     assert torch.equal(out, torch.tensor([0.0, -2.0, 8.0, 0.0, 4.0]))
 
@@ -48,7 +47,11 @@ def test_the_example_preset_plugin_registers_a_preset_of_built_in_entries() -> N
     spec = AlgorithmSpec.model_validate({"name": "rloo_dro", "plugins": [{"path": str(PRESET_EXAMPLE)}]})
     choice = A.choice_of(spec)
     assert (choice.advantage, choice.policy_loss, choice.policy_loss_options, choice.step) == (
-        "rloo", "dro", {"beta": 0.05, "aggregation": "token_mean"}, "on_policy")
+        "rloo",
+        "dro",
+        {"beta": 0.05, "aggregation": "token_mean"},
+        "on_policy",
+    )
     # The API knows the preset only once plug-ins are set.
     with pytest.raises(ValueError, match="unknown preset"):
         AlgorithmSpec.model_validate({"name": "rloo_dro"})
@@ -56,8 +59,10 @@ def test_the_example_preset_plugin_registers_a_preset_of_built_in_entries() -> N
 
 def test_a_plugin_preset_must_name_registered_entries(tmp_path: Path) -> None:
     path = tmp_path / "bad_preset.py"
-    path.write_text("from kuberl.engine.algorithms import register_preset\n"
-                    "register_preset('nowhere', summary='x', advantage='no_such_estimator', policy_loss='ppo_clip')\n")
+    path.write_text(
+        "from kuberl.engine.algorithms import register_preset\n"
+        "register_preset('nowhere', summary='x', advantage='no_such_estimator', policy_loss='ppo_clip')\n"
+    )
     with pytest.raises(PluginError, match="preset nowhere names the advantage estimator 'no_such_estimator'"):
         load_plugins([path])
     assert "nowhere" not in A.PRESETS
@@ -67,8 +72,10 @@ def test_the_engine_refuses_an_option_that_compares_samples_with_one_sample() ->
     from kuberl.engine.config.algorithm import AlgorithmSpec
     from kuberl.engine.runtime.algorithm_checks import ConfigError, check_algorithm
 
-    for raw in ({"name": "grpo", "advantage": {"name": "reinforce_pp", "options": {"baseline": True}}},
-                {"name": "reinforce_pp", "reinforcePp": {"baseline": True}}):
+    for raw in (
+        {"name": "grpo", "advantage": {"name": "reinforce_pp", "options": {"baseline": True}}},
+        {"name": "reinforce_pp", "reinforcePp": {"baseline": True}},
+    ):
         spec = AlgorithmSpec.model_validate(raw)
         check_algorithm(spec, samples=2, tis=False)
         with pytest.raises(ConfigError, match="reinforce_pp's baseline compares a prompt's samples"):
@@ -143,14 +150,16 @@ def test_a_plugin_step_is_registered_and_one_with_the_wrong_signature_refused(tm
     from kuberl.engine.steps import STEPS
 
     good = tmp_path / "my_step.py"
-    good.write_text("from kuberl.engine.steps import register_step\n"
-                    "@register_step('twice_sampled', summary='x')\n"
-                    "def twice_sampled(ctx):\n    ctx.record.add(custom=1.0)\n")
+    good.write_text(
+        "from kuberl.engine.steps import register_step\n"
+        "@register_step('twice_sampled', summary='x')\n"
+        "def twice_sampled(ctx):\n    ctx.record.add(custom=1.0)\n"
+    )
     assert load_plugins([good]) == ["twice_sampled"] and STEPS["twice_sampled"].on_policy
     bad = tmp_path / "bad_step.py"
-    bad.write_text("from kuberl.engine.steps import register_step\n"
-                   "@register_step('two_args', summary='x')\n"
-                   "def two_args(ctx, extra):\n    pass\n")
+    bad.write_text(
+        "from kuberl.engine.steps import register_step\n@register_step('two_args', summary='x')\ndef two_args(ctx, extra):\n    pass\n"
+    )
     with pytest.raises(PluginError, match=f"{bad}: function two_args must take one argument, the StepContext"):
         load_plugins([bad])
     assert "two_args" not in STEPS
@@ -163,18 +172,42 @@ def _engine_config(tmp_path: Path, algorithm: dict, samples: int = 4):
     from kuberl.operator.control.planner import engine_config
 
     job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump({"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "j"}, "spec": {
-        "model": {"path": str(tmp_path)}, "data": {"train": {"generator": {"name": "arithmetic", "count": 8}}},
-        "algorithm": algorithm, "rollout": {"samplesPerPrompt": samples}, "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 1}}, "trainer": {"totalSteps": 1, "promptsPerStep": 2}}}))
+    job.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kuberl.dev/v1alpha1",
+                "kind": "RLJob",
+                "metadata": {"name": "j"},
+                "spec": {
+                    "model": {"path": str(tmp_path)},
+                    "data": {"train": {"generator": {"name": "arithmetic", "count": 8}}},
+                    "algorithm": algorithm,
+                    "rollout": {"samplesPerPrompt": samples},
+                    "reward": {"rules": [{"name": "math_answer"}]},
+                    "roles": {"actor": {"replicas": 1}},
+                    "trainer": {"totalSteps": 1, "promptsPerStep": 2},
+                },
+            }
+        )
+    )
     return engine_config(load_one(job))
 
 
-@pytest.mark.parametrize("algorithm,samples,message", [
-    ({"name": "grpo", "step": {"name": "no_such_step"}, "plugins": [{"path": str(EXAMPLE)}]}, 4,
-     "algorithm.step.name: 'no_such_step' is not registered (known: dpo, dynamic_sampling, on_policy"),
-    ({"name": "reinforce_pp", "reinforcePp": {"baseline": False}, "step": {"name": "dynamic_sampling"}}, 1, "dynamic sampling keeps groups whose samples' rewards differ"),
-])
+@pytest.mark.parametrize(
+    "algorithm,samples,message",
+    [
+        (
+            {"name": "grpo", "step": {"name": "no_such_step"}, "plugins": [{"path": str(EXAMPLE)}]},
+            4,
+            "algorithm.step.name: 'no_such_step' is not registered (known: dpo, dynamic_sampling, on_policy",
+        ),
+        (
+            {"name": "reinforce_pp", "reinforcePp": {"baseline": False}, "step": {"name": "dynamic_sampling"}},
+            1,
+            "dynamic sampling keeps groups whose samples' rewards differ",
+        ),
+    ],
+)
 def test_the_engine_refuses_a_step_it_cannot_run(tmp_path: Path, algorithm: dict, samples: int, message: str) -> None:
     from kuberl.engine.runtime.checks import ConfigError, check_supported
 
@@ -187,9 +220,11 @@ def test_a_job_that_samples_is_refused_a_step_that_trains_on_given_pairs(tmp_pat
     from kuberl.engine.runtime.checks import ConfigError, check_supported
 
     plugin = tmp_path / "pairs_step.py"
-    plugin.write_text("from kuberl.engine.steps import register_step\n"
-                      "@register_step('pairs_only', summary='x', on_policy=False)\n"
-                      "def pairs_only(ctx):\n    pass\n")
+    plugin.write_text(
+        "from kuberl.engine.steps import register_step\n"
+        "@register_step('pairs_only', summary='x', on_policy=False)\n"
+        "def pairs_only(ctx):\n    pass\n"
+    )
     config = _engine_config(tmp_path, {"name": "grpo", "step": {"name": "pairs_only"}, "plugins": [{"path": str(plugin)}]})
     with pytest.raises(ConfigError, match="algorithm.step.name: pairs_only trains on preference pairs: it is dpo's step"):
         check_supported(config)

@@ -37,10 +37,12 @@ def test_eta_is_unknown_before_enough_steps_and_zero_at_the_end() -> None:
 
 def test_the_tracker_reports_eta_and_keeps_the_latest_validation() -> None:
     tracker = ProgressTracker(total_steps=10)
-    reports = [tracker.report({"step": 1, "step_seconds": 4.0, "reward_mean": 0.1}, None),
-               tracker.report({"step": 2, "step_seconds": 2.0, "validation_reward_mean": 0.25}, None),
-               tracker.report({"step": 3, "step_seconds": 3.0}, None),
-               tracker.report({"step": 4, "step_seconds": 3.0}, None)]
+    reports = [
+        tracker.report({"step": 1, "step_seconds": 4.0, "reward_mean": 0.1}, None),
+        tracker.report({"step": 2, "step_seconds": 2.0, "validation_reward_mean": 0.25}, None),
+        tracker.report({"step": 3, "step_seconds": 3.0}, None),
+        tracker.report({"step": 4, "step_seconds": 3.0}, None),
+    ]
     assert [r.eta_seconds for r in reports] == [None, None, pytest.approx(3.0 * 7), pytest.approx(3.0 * 6)]
     assert [(r.validation_step, r.validation_reward_mean) for r in reports] == [(None, None), (2, 0.25), (2, 0.25), (2, 0.25)]
 
@@ -61,8 +63,9 @@ def test_progress_is_a_rounded_down_percent_within_0_and_100() -> None:
 def test_the_operator_shows_the_progress_eta_and_validation_the_engine_reports() -> None:
     tracker = ProgressTracker(total_steps=30)
     for step, seconds in ((1, 6.0), (2, 5.0), (3, 4.0)):
-        text = tracker.report({"step": step, "step_seconds": seconds, "reward_mean": 0.5,
-                               **({"validation_reward_mean": 0.4375} if step == 2 else {})}, None).to_json()
+        text = tracker.report(
+            {"step": step, "step_seconds": seconds, "reward_mean": 0.5, **({"validation_reward_mean": 0.4375} if step == 2 else {})}, None
+        ).to_json()
     status = RLJobStatus()
     apply_progress(status, text)  # what the operator does with the ConfigMap's text
     assert (status.step, status.total_steps, status.progress) == (3, 30, 10)

@@ -13,8 +13,7 @@ import pytest
 from kuberl.operator.api import RLJobStatus
 from kuberl.operator.validation.manifest import load_rljobs
 from kuberl.operator.control.reconcile import Observed, decide
-from kuberl.operator.control.reconcile.progress_bounds import (MAX_REFUSAL_CHARS, MAX_REFUSALS_REPORTED, check_report,
-                                                       report_refusal)
+from kuberl.operator.control.reconcile.progress_bounds import MAX_REFUSAL_CHARS, MAX_REFUSALS_REPORTED, check_report, report_refusal
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)

@@ -28,23 +28,45 @@ def demo(restarts: int = 0, phase: str | None = None, queue: str | None = None, 
     return job
 
 
-def jobset(restarts: int = 0, suspend: bool = False, conditions: tuple[str, ...] = (), before: int = 0,
-           preemptions_before: int = 0, deleting: bool = False) -> dict:
-    meta = {"name": "dpo-smollm2", "uid": "js-1",
-            "annotations": {RESTARTS_BEFORE: str(before), PREEMPTIONS_BEFORE: str(preemptions_before)}}
+def jobset(
+    restarts: int = 0,
+    suspend: bool = False,
+    conditions: tuple[str, ...] = (),
+    before: int = 0,
+    preemptions_before: int = 0,
+    deleting: bool = False,
+) -> dict:
+    meta = {
+        "name": "dpo-smollm2",
+        "uid": "js-1",
+        "annotations": {RESTARTS_BEFORE: str(before), PREEMPTIONS_BEFORE: str(preemptions_before)},
+    }
     if deleting:
         meta["deletionTimestamp"] = NOW.isoformat()
-    return {"metadata": meta, "spec": {"suspend": suspend},
-            "status": {"restarts": restarts, "conditions": [{"type": c, "status": "True", "message": f"{c} message"} for c in conditions]}}
+    return {
+        "metadata": meta,
+        "spec": {"suspend": suspend},
+        "status": {"restarts": restarts, "conditions": [{"type": c, "status": "True", "message": f"{c} message"} for c in conditions]},
+    }
 
 
-def pod(index: int, restart: int = 0, phase: str = "Running", ready: bool = True, exit_code: int = 1, message: str | None = None,
-        role: str = "actor") -> dict:
+def pod(
+    index: int,
+    restart: int = 0,
+    phase: str = "Running",
+    ready: bool = True,
+    exit_code: int = 1,
+    message: str | None = None,
+    role: str = "actor",
+) -> dict:
     terminated = {"exitCode": exit_code, "reason": "Error", **({"message": message} if message is not None else {})}
     return {
         "metadata": {"name": f"dpo-smollm2-{role}-0-{index}-x", "labels": {LABEL_ROLE: role, JOBSET_RESTART_LABEL: str(restart)}},
-        "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   **({"containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}]} if phase == "Failed" else {})},
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            **({"containerStatuses": [{"name": "trainer", "state": {"terminated": terminated}}]} if phase == "Failed" else {}),
+        },
     }
 
 
@@ -93,10 +115,17 @@ def test_a_failed_jobset_fails_the_job_with_its_pod() -> None:
 
 
 def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once_with_its_words() -> None:
-    said = TrainerFailure(reason="UnsupportedModel", retryable=False, role="actor", rank=1,
-                          message="UnsupportedModel: model_type 'gemma3' is not a Llama-family model (supported: llama, qwen2, mistral)")
-    observed = Observed(jobsets=[jobset(restarts=0, conditions=("Failed",))],
-                        pods=[pod(0, phase="Failed", exit_code=143), pod(1, phase="Failed", exit_code=3, message=said.to_json())])
+    said = TrainerFailure(
+        reason="UnsupportedModel",
+        retryable=False,
+        role="actor",
+        rank=1,
+        message="UnsupportedModel: model_type 'gemma3' is not a Llama-family model (supported: llama, qwen2, mistral)",
+    )
+    observed = Observed(
+        jobsets=[jobset(restarts=0, conditions=("Failed",))],
+        pods=[pod(0, phase="Failed", exit_code=143), pod(1, phase="Failed", exit_code=3, message=said.to_json())],
+    )
     d = decide(demo(phase="Running"), observed, NOW)
     assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "UnsupportedModel"
     assert d.message.startswith("pod dpo-smollm2-actor-0-1-x (role actor, rank 1): UnsupportedModel: model_type 'gemma3'")
@@ -113,9 +142,10 @@ def test_a_not_retryable_exit_without_a_report_still_fails_at_once() -> None:
 
 def test_a_restart_names_the_pod_that_failed_not_the_ones_stopped_after_it() -> None:
     # The critic's rank failed by itself; the Job controller then stopped the actor's ranks (exit 143).
-    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, phase="Failed", exit_code=143), pod(0, role="critic", phase="Failed",
-                                                                                                     exit_code=1),
-                                                           pod(0, restart=1, ready=False)])
+    observed = Observed(
+        jobsets=[jobset(restarts=1)],
+        pods=[pod(0, phase="Failed", exit_code=143), pod(0, role="critic", phase="Failed", exit_code=1), pod(0, restart=1, ready=False)],
+    )
     d = decide(demo(phase="Running"), observed, NOW)
     assert d.status.phase == "Restarting" and "pod dpo-smollm2-critic-0-0-x (role critic) failed" in d.message
 
@@ -175,8 +205,14 @@ def test_a_queued_job_waits_with_kueues_reason_and_no_deadline_clock() -> None:
     job = demo(phase="Running", queue="team-a", active_deadline_seconds=5)  # its clock started 10 s ago
     d = decide(job, Observed(jobsets=[jobset(suspend=True)]), NOW)
     assert d.status.phase == "Queued" and d.status.conditions[0].reason == "WaitingForWorkload"
-    pending = workload({"type": "QuotaReserved", "status": "False", "reason": "Pending",
-                        "message": "insufficient unused quota for nvidia.com/gpu in flavor h100, 8 more needed"})
+    pending = workload(
+        {
+            "type": "QuotaReserved",
+            "status": "False",
+            "reason": "Pending",
+            "message": "insufficient unused quota for nvidia.com/gpu in flavor h100, 8 more needed",
+        }
+    )
     d = decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[pending]), NOW + timedelta(hours=1))
     queued = d.status.conditions[0]
     assert (d.status.phase, queued.type, queued.reason) == ("Queued", "Queued", "Pending")
@@ -185,7 +221,9 @@ def test_a_queued_job_waits_with_kueues_reason_and_no_deadline_clock() -> None:
 
 
 def test_admission_records_its_time_and_the_job_starts() -> None:
-    admitted = workload({"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True", "lastTransitionTime": NOW.isoformat()})
+    admitted = workload(
+        {"type": "QuotaReserved", "status": "True"}, {"type": "Admitted", "status": "True", "lastTransitionTime": NOW.isoformat()}
+    )
     d = decide(demo(phase="Queued", queue="team-a"), Observed(jobsets=[jobset()], workloads=[admitted], pods=[pod(0, ready=False)]), NOW)
     assert d.status.phase == "Starting" and d.status.admitted_time == NOW
 
@@ -193,9 +231,15 @@ def test_admission_records_its_time_and_the_job_starts() -> None:
 def test_a_preempted_job_waits_again_counting_a_preemption_not_a_restart() -> None:
     job = demo(phase="Running", queue="team-a")
     job.status.last_checkpoint = CheckpointStatus(step=7, path="/c/step-00000007")
-    evicted = workload({"type": "Evicted", "status": "True", "reason": "Preempted",
-                        "message": "Preempted to accommodate a workload (UID: x) due to prioritization in the ClusterQueue"},
-                       evictions=1)
+    evicted = workload(
+        {
+            "type": "Evicted",
+            "status": "True",
+            "reason": "Preempted",
+            "message": "Preempted to accommodate a workload (UID: x) due to prioritization in the ClusterQueue",
+        },
+        evictions=1,
+    )
     # Kueue suspended the JobSet: its pods are stopping (SIGTERM, a checkpoint at the step boundary).
     d = decide(job, Observed(jobsets=[jobset(suspend=True)], workloads=[evicted], pods=[pod(0, phase="Failed")]), NOW)
     assert d.status.phase == "Queued" and d.status.preemptions == 1 and d.status.restarts == 0
@@ -210,9 +254,11 @@ def test_a_preemption_counted_before_the_jobset_is_suspended_is_still_reported_o
     # Kueue has counted the eviction on the Workload, which still says Admitted, and has not suspended the
     # JobSet yet: the reconcile that writes the count takes the running path, and reports it all the same.
     job = demo(phase="Running", queue="team-a")
-    still = workload({"type": "Admitted", "status": "True", "lastTransitionTime": NOW.isoformat()},
-                     {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload"},
-                     evictions=1)
+    still = workload(
+        {"type": "Admitted", "status": "True", "lastTransitionTime": NOW.isoformat()},
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "Preempted to accommodate a workload"},
+        evictions=1,
+    )
     d = decide(job, Observed(jobsets=[jobset()], workloads=[still], pods=[pod(0), pod(1)]), NOW)
     assert d.status.phase == "Running" and d.status.preemptions == 1
     assert [e[1:] for e in d.events] == [("Preempted", "evicted by Kueue: Preempted to accommodate a workload (preemption 1)")]
@@ -259,9 +305,10 @@ def test_within_an_attempt_the_phase_never_goes_back_to_starting() -> None:
 
 def test_each_failed_attempt_is_kept_with_its_pod_and_last_words() -> None:
     log_tail = "step 7 ...\nRuntimeError: NCCL watchdog timed out"
-    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, phase="Failed", exit_code=143),
-                                                           pod(1, phase="Failed", exit_code=1, message=log_tail),
-                                                           pod(0, restart=1, ready=False)])
+    observed = Observed(
+        jobsets=[jobset(restarts=1)],
+        pods=[pod(0, phase="Failed", exit_code=143), pod(1, phase="Failed", exit_code=1, message=log_tail), pod(0, restart=1, ready=False)],
+    )
     d = decide(demo(phase="Running"), observed, NOW)
     [kept] = d.status.failures
     assert (kept.attempt, kept.pod, kept.role, kept.exit_code, kept.reason) == (0, "dpo-smollm2-actor-0-1-x", "actor", 1, "Error")
@@ -272,8 +319,10 @@ def test_each_failed_attempt_is_kept_with_its_pod_and_last_words() -> None:
 
     # The last attempt's end is kept too, with the rank's own words where it wrote a report.
     said = TrainerFailure(reason="CheckpointRefused", retryable=False, role="actor", rank=0, message="CheckpointError: rng.pt")
-    final = Observed(jobsets=[jobset(restarts=1, conditions=("Failed",), before=2)],
-                     pods=[pod(0, restart=1, phase="Failed", exit_code=3, message=said.to_json())])
+    final = Observed(
+        jobsets=[jobset(restarts=1, conditions=("Failed",), before=2)],
+        pods=[pod(0, restart=1, phase="Failed", exit_code=3, message=said.to_json())],
+    )
     ended = decide(demo(restarts=3, phase="Running"), final, NOW).status.failures
     assert [(f.attempt, f.reason, f.message) for f in ended] == [(3, "CheckpointRefused", "CheckpointError: rng.pt")]
 
@@ -289,16 +338,28 @@ def test_only_the_newest_failed_attempts_are_kept() -> None:
 
 
 def job_of(role: str, restart: int = 0, failed: bool = True) -> dict:
-    conditions = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                   "message": "Job has reached the specified backoff limit"}] if failed else []
-    return {"metadata": {"name": f"dpo-smollm2-{role}-0", "creationTimestamp": "2026-11-29T11:00:00Z",
-                         "labels": {LABEL_ROLE: role, JOBSET_RESTART_LABEL: str(restart)}}, "status": {"conditions": conditions}}
+    conditions = (
+        [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit"}]
+        if failed
+        else []
+    )
+    return {
+        "metadata": {
+            "name": f"dpo-smollm2-{role}-0",
+            "creationTimestamp": "2026-11-29T11:00:00Z",
+            "labels": {LABEL_ROLE: role, JOBSET_RESTART_LABEL: str(restart)},
+        },
+        "status": {"conditions": conditions},
+    }
 
 
 def test_a_pod_that_is_gone_is_named_by_its_roles_job_not_the_peers_stopped_after_it() -> None:
     # The critic's pod was force-deleted: only the actor's pod, stopped after it (exit 143), is left to see.
-    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, phase="Failed", exit_code=143), pod(0, restart=1, ready=False)],
-                        trainer_jobs=[job_of("actor", failed=False), job_of("critic")])
+    observed = Observed(
+        jobsets=[jobset(restarts=1)],
+        pods=[pod(0, phase="Failed", exit_code=143), pod(0, restart=1, ready=False)],
+        trainer_jobs=[job_of("actor", failed=False), job_of("critic")],
+    )
     d = decide(demo(phase="Running"), observed, NOW)
     assert d.status.phase == "Restarting"
     assert "a pod of role critic failed (its Job dpo-smollm2-critic-0: BackoffLimitExceeded" in d.message
@@ -312,8 +373,13 @@ def test_a_pod_that_is_gone_is_named_by_its_roles_job_not_the_peers_stopped_afte
 def test_a_pod_killed_outright_is_named_not_the_peer_its_loss_took_down() -> None:
     # The critic's pod was force-deleted (its container SIGKILLed: exit 137, still seen); the actor's rank then
     # failed on the lost link (exit 1, reason PeerLost in its report) and the ref's was stopped (exit 143).
-    lost = TrainerFailure(reason="PeerLost", retryable=True, role="actor", rank=0,
-                          message="RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.7]:36777")
+    lost = TrainerFailure(
+        reason="PeerLost",
+        retryable=True,
+        role="actor",
+        rank=0,
+        message="RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.7]:36777",
+    )
     actor = pod(0, phase="Failed", exit_code=1, message=lost.to_json())
     critic = pod(0, role="critic", phase="Failed", exit_code=137)
     ref = pod(0, role="ref", phase="Failed", exit_code=143)
@@ -326,8 +392,11 @@ def test_a_pod_killed_outright_is_named_not_the_peer_its_loss_took_down() -> Non
     # although the actor's Job was made first and failed too.
     for p, role in ((actor, "actor"), (ref, "ref")):
         p["metadata"]["labels"]["batch.kubernetes.io/job-name"] = f"dpo-smollm2-{role}-0"
-    gone = Observed(jobsets=[jobset(restarts=1)], pods=[actor, ref, pod(0, restart=1, ready=False)],
-                    trainer_jobs=[job_of("actor"), job_of("ref"), job_of("critic")])
+    gone = Observed(
+        jobsets=[jobset(restarts=1)],
+        pods=[actor, ref, pod(0, restart=1, ready=False)],
+        trainer_jobs=[job_of("actor"), job_of("ref"), job_of("critic")],
+    )
     d = decide(demo(phase="Running"), gone, NOW)
     assert "a pod of role critic failed (its Job dpo-smollm2-critic-0" in d.message, d.message
     # A rank that failed by itself still comes before one killed outright.
@@ -348,8 +417,9 @@ def test_an_out_of_memory_kill_ends_the_job_at_once_naming_the_pod_its_limit_and
     observed = Observed(jobsets=[jobset(restarts=0)], pods=[oom_pod(1), pod(0, phase="Failed", exit_code=143)])
     d = decide(demo(phase="Running"), observed, NOW)
     assert d.status.phase == "Failed" and d.status.conditions[-1].reason == "OutOfMemory"
-    assert d.message.startswith("pod dpo-smollm2-actor-0-1-x (role actor): its trainer container was killed for running out of "
-                                "memory (limit 512Mi); not retried"), d.message
+    assert d.message.startswith(
+        "pod dpo-smollm2-actor-0-1-x (role actor): its trainer container was killed for running out of memory (limit 512Mi); not retried"
+    ), d.message
     assert "roles.actor.resources.limits.memory" in d.message and "trainer.microBatchSize" in d.message
     assert d.delete == ("jobset/dpo-smollm2",) and [e[1] for e in d.events] == ["OutOfMemory"]
     [kept] = d.status.failures
@@ -361,7 +431,9 @@ def test_an_out_of_memory_kill_ends_the_job_at_once_naming_the_pod_its_limit_and
 
 def test_an_out_of_memory_kill_is_seen_after_jobset_restarted_the_gang_and_even_when_its_pod_is_gone() -> None:
     # JobSet restarted at once: the killed pod is of the attempt before, and already deleted (as last seen).
-    observed = Observed(jobsets=[jobset(restarts=1)], pods=[pod(0, restart=1, ready=False)], gone_pods=[oom_pod(0, role="critic", limit=None)])
+    observed = Observed(
+        jobsets=[jobset(restarts=1)], pods=[pod(0, restart=1, ready=False)], gone_pods=[oom_pod(0, role="critic", limit=None)]
+    )
     d = decide(demo(phase="Running"), observed, NOW)
     assert d.status.conditions[-1].reason == "OutOfMemory" and "no limit: the node ran out" in d.message
     assert "roles.critic.resources.limits.memory" in d.message

@@ -36,8 +36,19 @@ def test_every_registry_of_the_engine_is_a_registry() -> None:
     from kuberl.engine.tracking import mlflow_tracker, tensorboard_tracker, wandb_tracker  # noqa: F401  (registered on first use)
     from kuberl.engine.tracking.registry import TRACKERS
 
-    registries = [ENVIRONMENTS, PARSERS, SANDBOX_BACKENDS, BUILTIN_TOOLS, TOOL_KINDS, PRESETS, ADVANTAGES, POLICY_LOSSES,
-                  FAMILIES, STEPS, TRACKERS]
+    registries = [
+        ENVIRONMENTS,
+        PARSERS,
+        SANDBOX_BACKENDS,
+        BUILTIN_TOOLS,
+        TOOL_KINDS,
+        PRESETS,
+        ADVANTAGES,
+        POLICY_LOSSES,
+        FAMILIES,
+        STEPS,
+        TRACKERS,
+    ]
     assert all(isinstance(r, Registry) and len(r) > 0 for r in registries)
     assert len({r.kind for r in registries}) == len(registries)  # each names its own kind in its messages
 

@@ -32,14 +32,23 @@ def test_every_subprocess_of_the_test_harness_is_bounded_in_time(repo: Path) -> 
     tiers names a timeout; the unit tiers' quick CLI calls are left to pytest-timeout."""
     import ast
 
-    files = [*(repo / "operator" / "testing").rglob("*.py"), *(repo / "tests" / "cluster").rglob("*.py"),
-             *(repo / "tests" / "node").rglob("*.py"), repo / "tests" / "conftest.py"]
+    files = [
+        *(repo / "operator" / "testing").rglob("*.py"),
+        *(repo / "tests" / "cluster").rglob("*.py"),
+        *(repo / "tests" / "node").rglob("*.py"),
+        repo / "tests" / "conftest.py",
+    ]
     unbounded = []
     for path in files:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("run", "check_output")
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "subprocess"
-                    and not any(k.arg == "timeout" for k in node.keywords)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run", "check_output")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "subprocess"
+                and not any(k.arg == "timeout" for k in node.keywords)
+            ):
                 unbounded.append(f"{path.relative_to(repo)}:{node.lineno}")
     assert not unbounded, f"subprocess calls without a timeout: {unbounded}"

@@ -27,15 +27,17 @@ def test_top_p_or_top_k_truncate_the_sampled_distribution(top_p: float, top_k: i
     assert RolloutSpec(top_p=top_p, top_k=top_k).truncates is truncates
 
 
-@pytest.mark.parametrize("choice,half,truncated,recompute", [
-    ("auto", False, False, False),   # float32, full distribution: vLLM's are the trainer's
-    ("auto", True, False, True),     # bf16/fp16 kernels round differently
-    ("auto", False, True, True),     # vLLM's are of the truncated distribution
-    ("rollout", True, True, False),  # asked for: kept
-    ("recompute", False, False, True),
-])
-def test_auto_recomputes_old_logprobs_where_vllm_and_the_trainer_differ(choice: str, half: bool, truncated: bool,
-                                                                        recompute: bool) -> None:
+@pytest.mark.parametrize(
+    "choice,half,truncated,recompute",
+    [
+        ("auto", False, False, False),  # float32, full distribution: vLLM's are the trainer's
+        ("auto", True, False, True),  # bf16/fp16 kernels round differently
+        ("auto", False, True, True),  # vLLM's are of the truncated distribution
+        ("rollout", True, True, False),  # asked for: kept
+        ("recompute", False, False, True),
+    ],
+)
+def test_auto_recomputes_old_logprobs_where_vllm_and_the_trainer_differ(choice: str, half: bool, truncated: bool, recompute: bool) -> None:
     assert recomputes_old_logprobs(AlgorithmSpec(name="grpo", old_logprobs=choice), half, truncated) is recompute
 
 

@@ -113,11 +113,16 @@ def test_agent_sandbox_without_pods_is_refused_naming_the_field() -> None:
 
 
 def test_the_operator_may_write_exactly_the_two_new_kinds() -> None:
-    rules = [r for r in yaml.safe_load(RULES.read_text()) if "extensions.agents.x-k8s.io" in r["apiGroups"] or
-             any(g.endswith("agents.x-k8s.io") for g in r["apiGroups"])]
+    rules = [
+        r
+        for r in yaml.safe_load(RULES.read_text())
+        if "extensions.agents.x-k8s.io" in r["apiGroups"] or any(g.endswith("agents.x-k8s.io") for g in r["apiGroups"])
+    ]
     granted = {(g, res): set(r["verbs"]) for r in rules for g in r["apiGroups"] for res in r["resources"]}
-    assert granted == {("extensions.agents.x-k8s.io", "sandboxtemplates"): {"get", "create", "patch"},
-                       ("extensions.agents.x-k8s.io", "sandboxwarmpools"): {"get", "create", "patch", "delete"}}
+    assert granted == {
+        ("extensions.agents.x-k8s.io", "sandboxtemplates"): {"get", "create", "patch"},
+        ("extensions.agents.x-k8s.io", "sandboxwarmpools"): {"get", "create", "patch", "delete"},
+    }
 
 
 def _decision(**kw: Any) -> Decision:

@@ -32,21 +32,36 @@ def job(phase: str | None = None, tools: list[dict[str, Any]] | None = None, **r
     j = parse_rljob(doc, "rljob.yaml")
     for key, value in run_policy.items():
         setattr(j.spec.run_policy, key, value)
-    j.status = RLJobStatus(phase=phase, start_time=NOW - timedelta(seconds=10) if phase else None,
-                           completion_time=NOW if phase in ("Succeeded", "Failed") else None,
-                           initialization=InitializationStatus(completion_time=NOW) if phase else None)  # the cache is filled
+    j.status = RLJobStatus(
+        phase=phase,
+        start_time=NOW - timedelta(seconds=10) if phase else None,
+        completion_time=NOW if phase in ("Succeeded", "Failed") else None,
+        initialization=InitializationStatus(completion_time=NOW) if phase else None,
+    )  # the cache is filled
     return j
 
 
 def jobset(*conditions: str) -> dict[str, Any]:
-    return {"metadata": {"name": "ppo-qwen-math", "uid": "js-1", "annotations": {}}, "spec": {},
-            "status": {"restarts": 0, "conditions": [{"type": c, "status": "True", "message": c} for c in conditions]}}
+    return {
+        "metadata": {"name": "ppo-qwen-math", "uid": "js-1", "annotations": {}},
+        "spec": {},
+        "status": {"restarts": 0, "conditions": [{"type": c, "status": "True", "message": c} for c in conditions]},
+    }
 
 
-@pytest.mark.parametrize("phase,suspend,deleted", [
-    ("Succeeded", False, True), ("Failed", False, True), ("Running", True, True), ("Suspended", True, True),
-    ("Running", False, False), ("Pending", False, False), ("Restarting", False, False), (None, False, False),
-])
+@pytest.mark.parametrize(
+    "phase,suspend,deleted",
+    [
+        ("Succeeded", False, True),
+        ("Failed", False, True),
+        ("Running", True, True),
+        ("Suspended", True, True),
+        ("Running", False, False),
+        ("Pending", False, False),
+        ("Restarting", False, False),
+        (None, False, False),
+    ],
+)
 def test_the_sandbox_goes_exactly_when_the_job_stops(phase: str | None, suspend: bool, deleted: bool) -> None:
     assert sandbox_deletions(job(suspend=suspend), phase) == ((SANDBOX,) if deleted else ())
 

@@ -62,8 +62,9 @@ def test_only_jobs_whose_tools_run_code_get_sandbox_pods(tmp_path: Path) -> None
 
 
 def test_a_sandbox_pod_holds_nothing_of_the_trainer() -> None:
-    deployment = sandbox(None, {"replicas": 3, "runtimeClassName": "gvisor", "cpu": "2",
-                                                        "memory": "2Gi", "scratchSize": "512Mi"})["Deployment"]
+    deployment = sandbox(None, {"replicas": 3, "runtimeClassName": "gvisor", "cpu": "2", "memory": "2Gi", "scratchSize": "512Mi"})[
+        "Deployment"
+    ]
     assert deployment["spec"]["replicas"] == 3
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
@@ -158,8 +159,15 @@ def test_a_sandbox_runtime_class_must_be_allowed_by_the_chart() -> None:
     assert not [p for p in admission_problems(j, "rljob.yaml", allowed) if "sandbox" in p.path]
 
 
-@pytest.mark.parametrize("bad,field", [({"replicas": 0}, "replicas"), ({"memory": "lots"}, "memory"),
-                                       ({"runtimeClassName": "Not_A_Name"}, "runtimeClassName"), ({"nodes": 2}, "nodes")])
+@pytest.mark.parametrize(
+    "bad,field",
+    [
+        ({"replicas": 0}, "replicas"),
+        ({"memory": "lots"}, "memory"),
+        ({"runtimeClassName": "Not_A_Name"}, "runtimeClassName"),
+        ({"nodes": 2}, "nodes"),
+    ],
+)
 def test_bad_sandbox_settings_are_refused_naming_the_field(bad: dict[str, Any], field: str) -> None:
     from kuberl.operator.validation.manifest import ManifestError
 
@@ -169,13 +177,17 @@ def test_bad_sandbox_settings_are_refused_naming_the_field(bad: dict[str, Any], 
 
 
 def test_the_policy_lets_out_exactly_the_destinations_the_job_names() -> None:
-    egress = [{"cidr": "203.0.113.0/24", "ports": [{"port": 443}, {"protocol": "UDP", "port": 4000, "endPort": 4010}]},
-              {"cidr": "2001:db8::/32"}]
+    egress = [
+        {"cidr": "203.0.113.0/24", "ports": [{"port": 443}, {"protocol": "UDP", "port": 4000, "endPort": 4010}]},
+        {"cidr": "2001:db8::/32"},
+    ]
     policy = sandbox(None, {"egress": egress})["NetworkPolicy"]["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
     assert policy["egress"] == [
-        {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
-         "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "UDP", "port": 4000, "endPort": 4010}]},
+        {
+            "to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+            "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "UDP", "port": 4000, "endPort": 4010}],
+        },
         {"to": [{"ipBlock": {"cidr": "2001:db8::/32"}}]},  # every port of that network
     ]
     # The ingress side does not change with it.
@@ -185,16 +197,21 @@ def test_the_policy_lets_out_exactly_the_destinations_the_job_names() -> None:
 def test_a_wide_destination_still_leaves_out_the_metadata_servers() -> None:
     """The attack: a job opens 0.0.0.0/0 for a web tool, and the model's code asks 169.254.169.254 for the node's
     cloud credentials. The link-local ranges stay excepted from any block that covers them."""
-    policy = sandbox(None, {"egress": [{"cidr": "0.0.0.0/0", "ports": [{"port": 443}]}, {"cidr": "::/0"},
-                                       {"cidr": "10.0.0.0/8"}]})["NetworkPolicy"]["spec"]
+    policy = sandbox(None, {"egress": [{"cidr": "0.0.0.0/0", "ports": [{"port": 443}]}, {"cidr": "::/0"}, {"cidr": "10.0.0.0/8"}]})[
+        "NetworkPolicy"
+    ]["spec"]
     blocks = [rule["to"][0]["ipBlock"] for rule in policy["egress"]]
-    assert blocks == [{"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]}, {"cidr": "::/0", "except": ["fe80::/10"]},
-                      {"cidr": "10.0.0.0/8"}]
+    assert blocks == [
+        {"cidr": "0.0.0.0/0", "except": ["169.254.0.0/16"]},
+        {"cidr": "::/0", "except": ["fe80::/10"]},
+        {"cidr": "10.0.0.0/8"},
+    ]
 
 
 def test_dns_is_opened_only_when_asked_and_only_to_the_cluster_dns() -> None:
     assert sandbox(None, {"egress": [{"cidr": "203.0.113.0/24"}]})["NetworkPolicy"]["spec"]["egress"] == [
-        {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}]
+        {"to": [{"ipBlock": {"cidr": "203.0.113.0/24"}}]}
+    ]
     [rule] = sandbox(None, {"dns": True})["NetworkPolicy"]["spec"]["egress"]
     assert rule["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
     [peer] = rule["to"]
@@ -203,21 +220,24 @@ def test_dns_is_opened_only_when_asked_and_only_to_the_cluster_dns() -> None:
     assert not selects(peer["podSelector"], {"app": "anything-else"})
 
 
-@pytest.mark.parametrize("egress,field,words", [
-    ([{"cidr": "203.0.113.7/24"}], "egress[0].cidr", "no host bits"),
-    ([{"cidr": "203.0.113.0/33"}], "egress[0].cidr", "no host bits"),
-    ([{"cidr": "300.0.0.0/8"}], "egress[0].cidr", "no host bits"),
-    ([{"cidr": "example.com/32"}], "egress[0].cidr", "CIDR"),
-    ([{"cidr": "10.0.0.0"}], "egress[0].cidr", "CIDR"),
-    ([{"cidr": "169.254.169.254/32"}], "egress[0].cidr", "link-local"),
-    ([{"cidr": "fe80::/64"}], "egress[0].cidr", "link-local"),
-    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 0}]}], "egress[0].ports[0].port", ""),
-    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 70000}]}], "egress[0].ports[0].port", ""),
-    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 80, "protocol": "SCTP"}]}], "egress[0].ports[0].protocol", ""),
-    ([{"cidr": "10.0.0.0/8", "ports": [{"port": 90, "endPort": 80}]}], "egress[0].ports[0].endPort", "at least port"),
-    ([{"cidr": "10.0.0.0/8", "ports": [{"port": p} for p in range(1, 18)]}], "egress[0].ports", ""),
-    ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress", ""),
-])
+@pytest.mark.parametrize(
+    "egress,field,words",
+    [
+        ([{"cidr": "203.0.113.7/24"}], "egress[0].cidr", "no host bits"),
+        ([{"cidr": "203.0.113.0/33"}], "egress[0].cidr", "no host bits"),
+        ([{"cidr": "300.0.0.0/8"}], "egress[0].cidr", "no host bits"),
+        ([{"cidr": "example.com/32"}], "egress[0].cidr", "CIDR"),
+        ([{"cidr": "10.0.0.0"}], "egress[0].cidr", "CIDR"),
+        ([{"cidr": "169.254.169.254/32"}], "egress[0].cidr", "link-local"),
+        ([{"cidr": "fe80::/64"}], "egress[0].cidr", "link-local"),
+        ([{"cidr": "10.0.0.0/8", "ports": [{"port": 0}]}], "egress[0].ports[0].port", ""),
+        ([{"cidr": "10.0.0.0/8", "ports": [{"port": 70000}]}], "egress[0].ports[0].port", ""),
+        ([{"cidr": "10.0.0.0/8", "ports": [{"port": 80, "protocol": "SCTP"}]}], "egress[0].ports[0].protocol", ""),
+        ([{"cidr": "10.0.0.0/8", "ports": [{"port": 90, "endPort": 80}]}], "egress[0].ports[0].endPort", "at least port"),
+        ([{"cidr": "10.0.0.0/8", "ports": [{"port": p} for p in range(1, 18)]}], "egress[0].ports", ""),
+        ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress", ""),
+    ],
+)
 def test_bad_egress_is_refused_naming_the_field(egress: list[dict[str, Any]], field: str, words: str) -> None:
     from kuberl.operator.validation.manifest import ManifestError
 

@@ -17,7 +17,7 @@ def _dense_allowed(segments: tuple[Segment, ...], length: int) -> torch.Tensor:
     allowed = torch.zeros(length, length, dtype=torch.bool)
     for s in segments:
         block = s.allowed if s.allowed is not None else torch.ones(s.length, s.length, dtype=torch.bool).tril()
-        allowed[s.start:s.start + s.length, s.start:s.start + s.length] = block
+        allowed[s.start : s.start + s.length, s.start : s.start + s.length] = block
     return allowed
 
 

@@ -25,16 +25,19 @@ from kuberl.engine.runtime.checkpoint_safety import CheckpointError
 from kuberl.engine.runtime.plugins import PluginError
 
 
-@pytest.mark.parametrize("error,reason", [
-    (ConfigError("roles.critic: grpo has no critic; remove the role"), "InvalidConfig"),
-    (WorldError("environment variable WORLD_SIZE='x' is not an integer"), "InvalidConfig"),
-    (ModelNotFound("model.path: /models/x is not a Hugging Face folder (no config.json)"), "ModelNotFound"),
-    (UnsupportedModel("model_type 'gemma3' is not a Llama-family model"), "UnsupportedModel"),
-    (RewardError("reward.python.path: importing /r.py failed: ZeroDivisionError: division by zero"), "RewardFailed"),
-    (PluginError("algorithm.plugins[0]: importing /p.py failed"), "UserCodeFailed"),
-    (DataError("/data/train.jsonl:3: not JSON"), "InvalidData"),
-    (CheckpointError("/ckpt/step-2/rng.pt holds a pickled object outside the allow-list"), "CheckpointRefused"),
-])
+@pytest.mark.parametrize(
+    "error,reason",
+    [
+        (ConfigError("roles.critic: grpo has no critic; remove the role"), "InvalidConfig"),
+        (WorldError("environment variable WORLD_SIZE='x' is not an integer"), "InvalidConfig"),
+        (ModelNotFound("model.path: /models/x is not a Hugging Face folder (no config.json)"), "ModelNotFound"),
+        (UnsupportedModel("model_type 'gemma3' is not a Llama-family model"), "UnsupportedModel"),
+        (RewardError("reward.python.path: importing /r.py failed: ZeroDivisionError: division by zero"), "RewardFailed"),
+        (PluginError("algorithm.plugins[0]: importing /p.py failed"), "UserCodeFailed"),
+        (DataError("/data/train.jsonl:3: not JSON"), "InvalidData"),
+        (CheckpointError("/ckpt/step-2/rng.pt holds a pickled object outside the allow-list"), "CheckpointRefused"),
+    ],
+)
 def test_errors_a_restart_cannot_mend_fail_at_once_with_their_reason(error: Exception, reason: str) -> None:
     failure = failure_of(error, "actor", 1)
     assert (failure.reason, failure.retryable, exit_code_of(failure)) == (reason, False, NOT_RETRYABLE_EXIT_CODE)
@@ -42,8 +45,9 @@ def test_errors_a_restart_cannot_mend_fail_at_once_with_their_reason(error: Exce
     assert isinstance(error, NotRetryable) and isinstance(error, (ValueError, RuntimeError, FileNotFoundError))  # callers' excepts hold
 
 
-@pytest.mark.parametrize("error", [TimeoutError("collective timed out"), MemoryError(), OSError(5, "Input/output error"),
-                                   ValueError("nan in the loss")])
+@pytest.mark.parametrize(
+    "error", [TimeoutError("collective timed out"), MemoryError(), OSError(5, "Input/output error"), ValueError("nan in the loss")]
+)
 def test_everything_else_restarts_the_gang(error: Exception) -> None:
     failure = failure_of(error, "critic", 0)
     assert failure.retryable and failure.reason == "Error" and exit_code_of(failure) == 1
@@ -60,11 +64,15 @@ def _raised_from(cause: BaseException) -> RuntimeError:
         return exc
 
 
-@pytest.mark.parametrize("error", [
-    RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.7]:36777"),
-    RuntimeError("Connection reset by peer"), DistNetworkError("failed to recv, got 0 bytes"),
-    _raised_from(OSError(32, "Broken pipe")),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.7]:36777"),
+        RuntimeError("Connection reset by peer"),
+        DistNetworkError("failed to recv, got 0 bytes"),
+        _raised_from(OSError(32, "Broken pipe")),
+    ],
+)
 def test_a_rank_taken_down_by_a_lost_peer_says_so_and_restarts_the_gang(error: Exception) -> None:
     failure = failure_of(error, "actor", 0)
     assert (failure.reason, failure.retryable, exit_code_of(failure)) == ("PeerLost", True, 1)
@@ -126,9 +134,18 @@ def test_the_report_fits_the_termination_message_however_long_the_error() -> Non
     assert back is not None and back.reason == "InvalidConfig" and back.message.startswith("ConfigError: é\n\x00")
 
 
-@pytest.mark.parametrize("message", [None, "", "Traceback (most recent call last):\n  ...", "{not json", '{"reason": "x"}',
-                                     json.dumps({"reason": "Bad reason!", "retryable": False, "message": "m", "role": "actor", "rank": 0}),
-                                     "{" + " " * 5000 + "}"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        None,
+        "",
+        "Traceback (most recent call last):\n  ...",
+        "{not json",
+        '{"reason": "x"}',
+        json.dumps({"reason": "Bad reason!", "retryable": False, "message": "m", "role": "actor", "rank": 0}),
+        "{" + " " * 5000 + "}",
+    ],
+)
 def test_anything_but_a_report_reads_as_none(message: str | None) -> None:
     # A log's tail (FallbackToLogsOnError), an older image's words, or a report a tool's code forged badly.
     assert read_failure(message) is None

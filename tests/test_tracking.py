@@ -16,15 +16,29 @@ from kuberl.operator.cli.ports import free_port
 
 
 def record(step: int) -> dict:
-    return {"step": step, "reward_mean": 0.1 * step, "policy_loss": -0.01 * step, "critic/value_loss": 1.0,
-            "phase_seconds": {"rollout": 2.0}, "checkpoint": "/x", "rollout_tokens_per_second": 50.0}
+    return {
+        "step": step,
+        "reward_mean": 0.1 * step,
+        "policy_loss": -0.01 * step,
+        "critic/value_loss": 1.0,
+        "phase_seconds": {"rollout": 2.0},
+        "checkpoint": "/x",
+        "rollout_tokens_per_second": 50.0,
+    }
 
 
 def test_scalars_keep_their_names_under_verl_groups():
-    assert tracked_scalars(record(2)) == {"reward/reward_mean": pytest.approx(0.2), "actor/policy_loss": pytest.approx(-0.02),
-                                          "critic/value_loss": 1.0, "timing/rollout": 2.0, "perf/rollout_tokens_per_second": 50.0}
-    assert flat_params({"algorithm": {"name": "grpo"}, "tracking": [{"backend": "wandb"}]}) == \
-        {"algorithm.name": "grpo", "tracking.0.backend": "wandb"}
+    assert tracked_scalars(record(2)) == {
+        "reward/reward_mean": pytest.approx(0.2),
+        "actor/policy_loss": pytest.approx(-0.02),
+        "critic/value_loss": 1.0,
+        "timing/rollout": 2.0,
+        "perf/rollout_tokens_per_second": 50.0,
+    }
+    assert flat_params({"algorithm": {"name": "grpo"}, "tracking": [{"backend": "wandb"}]}) == {
+        "algorithm.name": "grpo",
+        "tracking.0.backend": "wandb",
+    }
 
 
 def _png(path: Path) -> Path:
@@ -50,8 +64,11 @@ def _two_attempts(tmp_path: Path, spec: TrackingSpec) -> None:
 
 def test_tensorboard_event_files_read_back_and_resume_appends(tmp_path: Path) -> None:
     _two_attempts(tmp_path, TrackingSpec(backend="tensorboard"))
-    assert tensorboard_scalars(tmp_path / "tensorboard", "reward/reward_mean") == \
-        [(1, pytest.approx(0.1)), (2, pytest.approx(0.2)), (3, pytest.approx(0.3))]
+    assert tensorboard_scalars(tmp_path / "tensorboard", "reward/reward_mean") == [
+        (1, pytest.approx(0.1)),
+        (2, pytest.approx(0.2)),
+        (3, pytest.approx(0.3)),
+    ]
 
 
 def test_tensorboard_resume_drops_steps_after_the_checkpoint(tmp_path: Path) -> None:
@@ -75,8 +92,11 @@ def test_mlflow_file_store_reads_back_through_mlflowclient_and_resume_continues_
     _two_attempts(tmp_path, TrackingSpec(backend="mlflow", tracking_uri=uri, experiment="kuberl-tests"))
     client = MlflowClient(tracking_uri=uri)
     [run] = client.search_runs([client.get_experiment_by_name("kuberl-tests").experiment_id])
-    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "reward/reward_mean")] == \
-        [(1, pytest.approx(0.1)), (2, pytest.approx(0.2)), (3, pytest.approx(0.3))]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "reward/reward_mean")] == [
+        (1, pytest.approx(0.1)),
+        (2, pytest.approx(0.2)),
+        (3, pytest.approx(0.3)),
+    ]
     assert run.data.params["algorithm.name"] == "grpo" and run.info.run_name == "tracked"
     assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["reward_curve.png"]
     assert run.info.status == "FINISHED"
@@ -110,15 +130,19 @@ def test_a_backend_that_fails_warns_once_and_the_others_go_on(tmp_path: Path, ca
 def test_a_backend_whose_package_is_missing_is_refused_with_its_extra_simulated(monkeypatch) -> None:
     # The package is installed here; a None in sys.modules is how Python marks one as unimportable.
     monkeypatch.setitem(sys.modules, "wandb", None)
-    with pytest.raises(TrackingError, match=r"monitoring.tracking\[1\].backend: wandb needs the wandb package, "
-                                            r"which is not installed: pip install 'kuberl\[wandb\]'"):
+    with pytest.raises(
+        TrackingError,
+        match=r"monitoring.tracking\[1\].backend: wandb needs the wandb package, "
+        r"which is not installed: pip install 'kuberl\[wandb\]'",
+    ):
         check_available([TrackingSpec(backend="tensorboard"), TrackingSpec(backend="wandb", project="p")])
 
 
 def test_run_ids_are_kept_beside_the_checkpoints(tmp_path: Path) -> None:
     import json
 
-    trackers = Trackers([TrackingSpec(backend="tensorboard")], job="t", run_dir=tmp_path, ids_dir=tmp_path / "ckpt",
-                        params={}, resumed_at=0)
+    trackers = Trackers(
+        [TrackingSpec(backend="tensorboard")], job="t", run_dir=tmp_path, ids_dir=tmp_path / "ckpt", params={}, resumed_at=0
+    )
     trackers.close()
     assert json.loads((tmp_path / "ckpt" / RUN_IDS_FILE).read_text()) == {"tensorboard": str(tmp_path / "tensorboard")}

@@ -23,8 +23,13 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "kuberl
 def _mypy(*args: str) -> subprocess.CompletedProcess[str]:
     from mypy.version import __version__
 
-    return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(CACHE / __version__), *args], cwd=TYPECHECK,
-                          capture_output=True, text=True, timeout=1500)
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(CACHE / __version__), *args],
+        cwd=TYPECHECK,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
 
 
 def _repository_paths(output: str) -> str:
@@ -47,14 +52,15 @@ def test_mypy_maps_the_packages_and_keeps_python_operator(tmp_path: Path) -> Non
     config = (REPO / "pyproject.toml").read_text()
     start = config.index("\n[tool.mypy]\n")
     line = config.index("\npackages = ", start)
-    config = config[:line] + config[config.index("\n", line + 1):]  # [tool.mypy]'s packages: the snippet instead
+    config = config[:line] + config[config.index("\n", line + 1) :]  # [tool.mypy]'s packages: the snippet instead
     (tmp_path / "pyproject.toml").write_text(config)
-    snippet = ("import operator\n"
-               "from kuberl.client.errors import ClientError\n"
-               "total: int = operator.add(1, 2)\n"
-               "error: ClientError = ClientError('x')\n"
-               "wrong: str = 1\n")
+    snippet = (
+        "import operator\n"
+        "from kuberl.client.errors import ClientError\n"
+        "total: int = operator.add(1, 2)\n"
+        "error: ClientError = ClientError('x')\n"
+        "wrong: str = 1\n"
+    )
     result = _mypy("--config-file", str(tmp_path / "pyproject.toml"), "-c", snippet)
     lines = [line for line in result.stdout.splitlines() if line.startswith("<string>:") and ": error:" in line]
-    assert len(lines) == 1 and lines[0].startswith("<string>:5:") and "[assignment]" in lines[0], \
-        result.stdout + result.stderr
+    assert len(lines) == 1 and lines[0].startswith("<string>:5:") and "[assignment]" in lines[0], result.stdout + result.stderr

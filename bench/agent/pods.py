@@ -56,8 +56,7 @@ def log(message: str) -> None:
 
 
 def script(name: str, **env: str) -> str:
-    result = subprocess.run(["bash", str(REPO / "scripts" / name)], capture_output=True, text=True, timeout=3600,
-                            env={**os.environ, **env})
+    result = subprocess.run(["bash", str(REPO / "scripts" / name)], capture_output=True, text=True, timeout=3600, env={**os.environ, **env})
     if result.returncode != 0:
         raise SystemExit(f"scripts/{name} failed:\n{result.stderr[-4000:]}")
     return result.stdout
@@ -76,36 +75,41 @@ def summary(records: list[dict], wall: float) -> dict[str, Any]:
     steps = [r for r in records if "reward_mean" in r]
     timed = [r for r in steps if "multi_turn/tool_seconds_mean" in r]
     return {
-        "steps": len(steps), "wall_seconds": round(wall, 1),
+        "steps": len(steps),
+        "wall_seconds": round(wall, 1),
         "mean_step_seconds": mean([r["step_seconds"] for r in steps]),
         # Without the validation and checkpoint of the last step: the steps' rollout and training alone.
-        "mean_step_seconds_less_validation_and_checkpoint": mean([r["step_seconds"] - r.get("phase_seconds", {}).get("validation", 0.0)
-                                                                 - r.get("phase_seconds", {}).get("checkpoint", 0.0) for r in steps]),
+        "mean_step_seconds_less_validation_and_checkpoint": mean(
+            [
+                r["step_seconds"] - r.get("phase_seconds", {}).get("validation", 0.0) - r.get("phase_seconds", {}).get("checkpoint", 0.0)
+                for r in steps
+            ]
+        ),
         "step_seconds": [round(r["step_seconds"], 2) for r in steps],
         "tool_seconds_mean": mean([r["multi_turn/tool_seconds_mean"] for r in timed]),
         "tool_seconds_p90": mean([r["multi_turn/tool_seconds_p90"] for r in timed]),
-        "tool_seconds_per_step": [[round(r["multi_turn/tool_seconds_mean"], 4), round(r["multi_turn/tool_seconds_p90"], 4)]
-                                  for r in timed],
+        "tool_seconds_per_step": [[round(r["multi_turn/tool_seconds_mean"], 4), round(r["multi_turn/tool_seconds_p90"], 4)] for r in timed],
         "rollout_seconds_mean": mean([r["phase_seconds"]["rollout"] for r in steps if "rollout" in r.get("phase_seconds", {})]),
         "tool_calls": sum(r["multi_turn/tool_calls"] for r in steps),
         "tool_errors": sum(r["multi_turn/tool_errors"] for r in steps),
         "tool_timeouts": sum(r["multi_turn/tool_timeouts"] for r in steps),
         "training_reward_mean": mean([r["reward_mean"] for r in steps]),
         "training_reward_last_step": round(steps[-1]["reward_mean"], 4) if steps else None,
-        "validation_reward_with_tools": {str(r["step"]): round(r["validation_reward_mean"], 4) for r in records
-                                         if r.get("validation_reward_mean") is not None},
+        "validation_reward_with_tools": {
+            str(r["step"]): round(r["validation_reward_mean"], 4) for r in records if r.get("validation_reward_mean") is not None
+        },
     }
 
 
 def said(log_text: str, words: str) -> str | None:
     """The first log line with `words`, from them on."""
     found = next((line for line in log_text.splitlines() if words in line), None)
-    return found[found.index(words):][:400] if found else None
+    return found[found.index(words) :][:400] if found else None
 
 
 def records_of(path: Path) -> list[dict]:
     text = path.read_text() if path.exists() else ""
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 # --- in-process: kuberl run ------------------------------------------------------------------------------
@@ -116,16 +120,24 @@ def in_process(work: Path) -> dict[str, Any]:
     load_before = load()
     started = time.monotonic()
     with open(work / "in-process.log", "w") as out:
-        run = subprocess.run([str(REPO / ".venv" / "bin" / "kuberl"), "run", str(JOB.relative_to(REPO)), "--metrics-port", "0"],
-                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=out, stderr=subprocess.STDOUT,
-                             timeout=JOB_TIMEOUT_S)
+        run = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "kuberl"), "run", str(JOB.relative_to(REPO)), "--metrics-port", "0"],
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=JOB_TIMEOUT_S,
+        )
     wall = time.monotonic() - started
     text = (work / "in-process.log").read_text()
     if run.returncode != 0:
         raise SystemExit(f"the in-process run failed:\n{text[-3000:]}")
     where = said(text, "tool calls run")
-    return {**summary(records_of(RUN / "metrics.jsonl"), wall), "sandbox": where,
-            "load_average_1_5_15": {"before": load_before, "after": load()}}
+    return {
+        **summary(records_of(RUN / "metrics.jsonl"), wall),
+        "sandbox": where,
+        "load_average_1_5_15": {"before": load_before, "after": load()},
+    }
 
 
 # --- pods: the same job as an RLJob on the real node -----------------------------------------------------
@@ -137,13 +149,32 @@ def host_claim(plane, namespace: str, claim: str, host: Path, read_only: bool = 
     for path in [host, *host.rglob("*")]:
         os.chown(path, TRAINER_UID, TRAINER_UID)
     pv = f"bench-{namespace}-{claim}"
-    docs = [{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-             "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce", "ReadOnlyMany"], "storageClassName": "",
-                      "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(host), "type": "Directory"},
-                      "claimRef": {"namespace": namespace, "name": claim}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
-             "spec": {"accessModes": ["ReadOnlyMany" if read_only else "ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
-                      "resources": {"requests": {"storage": "1Gi"}}}}]
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": pv},
+            "spec": {
+                "capacity": {"storage": "20Gi"},
+                "accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(host), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadOnlyMany" if read_only else "ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": pv,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]
     plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
 
 
@@ -175,8 +206,11 @@ def status(plane, namespace: str, name: str) -> dict:
 
 def pod_logs(plane, namespace: str, selector: str) -> str:
     pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout)["items"]
-    return "".join(f"--- {p['metadata']['name']}\n" + plane.kubectl("logs", p["metadata"]["name"], "-n", namespace, "--all-containers",
-                                                                      check=False).stdout for p in pods)
+    return "".join(
+        f"--- {p['metadata']['name']}\n"
+        + plane.kubectl("logs", p["metadata"]["name"], "-n", namespace, "--all-containers", check=False).stdout
+        for p in pods
+    )
 
 
 def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, str], evaluation: subprocess.Popen | None) -> dict:
@@ -195,14 +229,38 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
     try:
         plane = start_control_plane(kube_bin, work / "plane", pools=(), address=HOST_IP, users=node_users())
         archives = {images[f"{k}_IMAGE"]: Path(images[f"{k}_ARCHIVE"]) for k in ("PAUSE", "OPERATOR", "TRAINER")}
-        node = start_node(plane, node_bin, kube_bin, work / "node", network, images["PAUSE_IMAGE"], images=archives,
-                          image_store=node_bin.parent / "containerd-root")
+        node = start_node(
+            plane,
+            node_bin,
+            kube_bin,
+            work / "node",
+            network,
+            images["PAUSE_IMAGE"],
+            images=archives,
+            image_store=node_bin.parent / "containerd-root",
+        )
         schedulers = start_schedulers(plane, work / "schedulers", scheduling_root(REPO / "scripts" / "scheduling-binaries.sh"))
         wait_for_garbage_collector(plane)
         repository, tag = images["OPERATOR_IMAGE"].rsplit(":", 1)
-        plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-                   "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-                   "--set", f"trainerImage={images['TRAINER_IMAGE']}", "--wait", "--timeout", "300s")
+        plane.helm(
+            "install",
+            "kuberl",
+            str(CHART),
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"image.repository={repository}",
+            "--set",
+            f"image.tag={tag}",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            f"trainerImage={images['TRAINER_IMAGE']}",
+            "--wait",
+            "--timeout",
+            "300s",
+        )
         setup_seconds = time.monotonic() - started
         log(f"the node, JobSet, Kueue and the chart are up in {setup_seconds:.0f} s")
 
@@ -217,8 +275,9 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         host_claim(plane, namespace, "rl-out", out)
         doc = cluster_job(namespace, images["TRAINER_IMAGE"])
         (work / "rljob.json").write_text(json.dumps(doc, indent=2))
-        checked = subprocess.run([str(REPO / ".venv" / "bin" / "kuberl"), "validate", str(work / "rljob.json")],
-                                 capture_output=True, text=True, timeout=120)
+        checked = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "kuberl"), "validate", str(work / "rljob.json")], capture_output=True, text=True, timeout=120
+        )
         if checked.returncode != 0:
             raise SystemExit(f"the cluster RLJob does not validate:\n{checked.stderr}")
         if evaluation is not None:  # the in-process model's evaluation, run while the node started: done before the job
@@ -252,12 +311,16 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
         where = said(trainer_log, "tool calls run")
         serving = sorted({said(sandbox_log, k) for k in ("serving tool calls", "bubblewrap does not work")} - {None})
         container = sandbox_pods[0]["spec"]["containers"][0] if sandbox_pods else {}
-        result = {**summary(records_of(out / "metrics.jsonl"), wall), "sandbox": where,
-                  "load_average_1_5_15": {"before": load_before, "after": load()}, "restarts": s.get("restarts", 0)}
+        result = {
+            **summary(records_of(out / "metrics.jsonl"), wall),
+            "sandbox": where,
+            "load_average_1_5_15": {"before": load_before, "after": load()},
+            "restarts": s.get("restarts", 0),
+        }
         result["setup"] = {
             "node": "kuberl.operator.testing: one real node (containerd, runc, kubelet, CNI bridge, kube-proxy, CoreDNS) in a "
-                    "network namespace of this machine, its control plane on the host; JobSet and Kueue as host processes; "
-                    f"the chart ({CHART.relative_to(REPO)}) with the operator in its pod",
+            "network namespace of this machine, its control plane on the host; JobSet and Kueue as host processes; "
+            f"the chart ({CHART.relative_to(REPO)}) with the operator in its pod",
             "images": {k: images[f"{k}_IMAGE"] for k in ("OPERATOR", "TRAINER")},
             "namespace": "Pod Security enforce=restricted",
             "sandbox_pods": len(sandbox_pods),
@@ -267,18 +330,26 @@ def on_the_node(work: Path, kube_bin: Path, node_bin: Path, images: dict[str, st
             "kubelet_pod_pids_limit": getattr(node_module, "POD_PIDS_LIMIT", None),
             "trainer_pod_resources": "none set (the job's; the pod uses the machine's cores as kuberl run does)",
             "files": "model (the GGUF converted as kuberl run converts it) and calculator.py on a hostPath claim at /data; "
-                     "checkpoints, metrics.jsonl and the trained model on a second claim at /out",
+            "checkpoints, metrics.jsonl and the trained model on a second claim at /out",
             "setup_seconds": round(setup_seconds, 1),
             "rljob": doc,
         }
         result["final"] = str(out / "final")
         return result
     finally:
-        for what, stop in (("the chart", lambda: plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait",
-                                                            "--timeout", "120s", check=False) if node is not None else None),
-                           ("JobSet and Kueue", schedulers.stop if schedulers is not None else lambda: None),
-                           ("the node", node.stop if node is not None else network.destroy),
-                           ("the control plane", plane.stop if plane is not None else lambda: None)):
+        for what, stop in (
+            (
+                "the chart",
+                lambda: (
+                    plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", "--timeout", "120s", check=False)
+                    if node is not None
+                    else None
+                ),
+            ),
+            ("JobSet and Kueue", schedulers.stop if schedulers is not None else lambda: None),
+            ("the node", node.stop if node is not None else network.destroy),
+            ("the control plane", plane.stop if plane is not None else lambda: None),
+        ):
             try:
                 stop()
             except Exception as exc:  # noqa: BLE001 - the rest must still stop
@@ -318,8 +389,12 @@ def main() -> None:
         log(f"in-process: {local['mean_step_seconds']} s/step, tool calls {local['tool_seconds_mean']} s (p90 {local['tool_seconds_p90']})")
         # Its model's evaluation runs while the node starts (it uses no node; the job waits for it).
         with open(work / "eval-in-process.json", "w") as stdout, open(work / "eval-in-process.log", "w") as stderr:
-            evaluation = subprocess.Popen([sys.executable, str(REPO / "bench" / "agent" / "run.py"), "eval", str(RUN / "final"),
-                                           str(JOB)], cwd=REPO, stdout=stdout, stderr=stderr)
+            evaluation = subprocess.Popen(
+                [sys.executable, str(REPO / "bench" / "agent" / "run.py"), "eval", str(RUN / "final"), str(JOB)],
+                cwd=REPO,
+                stdout=stdout,
+                stderr=stderr,
+            )
         try:
             pods = on_the_node(work, kube_bin, node_bin, images, evaluation)
         except BaseException:
@@ -334,21 +409,25 @@ def main() -> None:
     log("evaluating the pods' model")
     pods["after"] = evaluate_in_a_process(Path(pods.pop("final")), JOB)
     result = {
-        "job": str(JOB.relative_to(REPO)), "steps": local["steps"], "model": "SmolLM2-135M-Instruct",
+        "job": str(JOB.relative_to(REPO)),
+        "steps": local["steps"],
+        "model": "SmolLM2-135M-Instruct",
         "task": "three-number sums, operands 0..50, 100 held-out prompts, greedy; the calculator a function tool (calc)",
         "definitions": {
             "mean_step_seconds": "the mean of the steps' step_seconds (metrics.jsonl)",
             "tool_seconds_mean": "the mean over steps of multi_turn/tool_seconds_mean: a call's wall seconds as the trainer's "
-                                 "tools environment times it (32 trajectories' calls of a turn run at once)",
+            "tools environment times it (32 trajectories' calls of a turn run at once)",
             "tool_seconds_p90": "the mean over steps of multi_turn/tool_seconds_p90 (each step's nearest-rank p90)",
             "after": "the exported model's greedy accuracy on the job's 100 validation sums, evaluated on this machine with "
-                     "the calculator run in-process (bench/agent/run.py's evaluate()) and without it",
+            "the calculator run in-process (bench/agent/run.py's evaluate()) and without it",
         },
-        "in_process": local, "pods": pods,
+        "in_process": local,
+        "pods": pods,
         "ratio_pods_over_in_process": {
             "mean_step_seconds": ratio(pods["mean_step_seconds"], local["mean_step_seconds"]),
-            "mean_step_seconds_less_validation_and_checkpoint": ratio(pods["mean_step_seconds_less_validation_and_checkpoint"],
-                                                                      local["mean_step_seconds_less_validation_and_checkpoint"]),
+            "mean_step_seconds_less_validation_and_checkpoint": ratio(
+                pods["mean_step_seconds_less_validation_and_checkpoint"], local["mean_step_seconds_less_validation_and_checkpoint"]
+            ),
             "tool_seconds_mean": ratio(pods["tool_seconds_mean"], local["tool_seconds_mean"]),
             "tool_seconds_p90": ratio(pods["tool_seconds_p90"], local["tool_seconds_p90"]),
         },
@@ -361,9 +440,11 @@ def main() -> None:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    log(f"accuracy with the calculator: in-process {local['after']['accuracy_with_tools']:.0%}, pods "
+    log(
+        f"accuracy with the calculator: in-process {local['after']['accuracy_with_tools']:.0%}, pods "
         f"{pods['after']['accuracy_with_tools']:.0%}; step time x{result['ratio_pods_over_in_process']['mean_step_seconds']}, "
-        f"tool latency x{result['ratio_pods_over_in_process']['tool_seconds_mean']}; wrote {args.out.relative_to(REPO)}")
+        f"tool latency x{result['ratio_pods_over_in_process']['tool_seconds_mean']}; wrote {args.out.relative_to(REPO)}"
+    )
 
 
 if __name__ == "__main__":

@@ -47,8 +47,13 @@ def evaluate(model: Path, job: Path = JOB) -> dict:
     plain_template = tokenizer.chat_template
     examples = load_examples(data.validation, data, REPO)
     stop = tuple(sorted({tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}))
-    engine = VLLMRollout(folder, seed=0, max_model_len=data.max_prompt_length + multi.max_total_tokens,
-                         kv_cache_bytes=rollout_spec.kv_cache_bytes, skip_tokenizer_init=True)
+    engine = VLLMRollout(
+        folder,
+        seed=0,
+        max_model_len=data.max_prompt_length + multi.max_total_tokens,
+        kv_cache_bytes=rollout_spec.kv_cache_bytes,
+        skip_tokenizer_init=True,
+    )
     greedy = Sampling(max_new_tokens=rollout_spec.max_new_tokens, temperature=0.0, stop_token_ids=stop)
     started = time.monotonic()
 
@@ -58,25 +63,41 @@ def evaluate(model: Path, job: Path = JOB) -> dict:
         tokenizer.chat_template = parser.template
     tools = build_tools(multi.tools, REPO)
     schemas = [t.schema() for t in tools.values()]
-    loop = MultiTurnRollout(Generator(engine, 0, 1, 1), ChatRenderer(tokenizer, schemas), EnvironmentSetup(multi, tools, parser),
-                            PromptEncoder(tokenizer, data, tools=schemas), data.max_prompt_length, stop)
+    loop = MultiTurnRollout(
+        Generator(engine, 0, 1, 1),
+        ChatRenderer(tokenizer, schemas),
+        EnvironmentSetup(multi, tools, parser),
+        PromptEncoder(tokenizer, data, tools=schemas),
+        data.max_prompt_length,
+        stop,
+    )
     _, trajectories = loop.generate(examples, greedy, seed=0)
     with_tools = [math_answer("", t.response, e.answer) for t, e in zip(trajectories, examples)]
 
     # Without it: the model's own chat template, the worked example's question and final answer only.
     tokenizer.chat_template = plain_template
-    shots = [m for m in multi.environment_kwargs.get("few_shot", []) if m["role"] == "user" or
-             (m["role"] == "assistant" and "<tool_call>" not in m["content"])]
+    shots = [
+        m
+        for m in multi.environment_kwargs.get("few_shot", [])
+        if m["role"] == "user" or (m["role"] == "assistant" and "<tool_call>" not in m["content"])
+    ]
     encoder = PromptEncoder(tokenizer, data)
-    prompts = [tokenizer.encode(tokenizer.apply_chat_template(encoder.messages(e)[:1] + shots + encoder.messages(e)[1:],
-                                                              tokenize=False, add_generation_prompt=True), add_special_tokens=False)
-               for e in examples]
+    prompts = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(
+                encoder.messages(e)[:1] + shots + encoder.messages(e)[1:], tokenize=False, add_generation_prompt=True
+            ),
+            add_special_tokens=False,
+        )
+        for e in examples
+    ]
     alone = engine.generate(prompts, greedy)
     texts = tokenizer.batch_decode([c.token_ids for c in alone], skip_special_tokens=True)
     without_tools = [math_answer("", text, e.answer) for text, e in zip(texts, examples)]
     n = len(examples)
     return {
-        "model": str(model.relative_to(REPO)) if model.is_absolute() and model.is_relative_to(REPO) else str(model), "prompts": n,
+        "model": str(model.relative_to(REPO)) if model.is_absolute() and model.is_relative_to(REPO) else str(model),
+        "prompts": n,
         "accuracy_with_tools": round(sum(with_tools) / n, 4),
         "accuracy_without_tools": round(sum(without_tools) / n, 4),
         "tool_call_rate": round(sum(t.tool_calls > 0 for t in trajectories) / n, 4),
@@ -90,8 +111,7 @@ def evaluate(model: Path, job: Path = JOB) -> dict:
 
 def evaluate_in_a_process(model: Path, job: Path = JOB) -> dict:
     """One evaluation in a fresh process (one vLLM engine per process)."""
-    out = subprocess.run([sys.executable, __file__, "eval", str(model), str(job)], capture_output=True, text=True, cwd=REPO,
-                         timeout=3600)
+    out = subprocess.run([sys.executable, __file__, "eval", str(model), str(job)], capture_output=True, text=True, cwd=REPO, timeout=3600)
     if out.returncode != 0:
         raise SystemExit(f"evaluating {model} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -102,8 +122,14 @@ def main() -> None:
     print(f"untrained: {before['accuracy_with_tools']:.0%} with the calculator, {before['accuracy_without_tools']:.0%} without", flush=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
-    run = subprocess.run([str(REPO / ".venv" / "bin" / "kuberl"), "run", str(JOB.relative_to(REPO)), "--metrics-port", "0"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=4 * 3600)
+    run = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "kuberl"), "run", str(JOB.relative_to(REPO)), "--metrics-port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=4 * 3600,
+    )
     wall = time.monotonic() - started
     if run.returncode != 0:
         raise SystemExit(f"the training run failed:\n{run.stderr[-3000:]}")
@@ -115,12 +141,17 @@ def main() -> None:
         return round(sum(r[key] for r in rows) / len(rows), 4)
 
     result = {
-        "job": str(JOB.relative_to(REPO)), "steps": len(steps), "model": "SmolLM2-135M-Instruct",
+        "job": str(JOB.relative_to(REPO)),
+        "steps": len(steps),
+        "model": "SmolLM2-135M-Instruct",
         "task": "three-number sums, operands 0..50, 100 held-out prompts, greedy",
-        "before": before, "after": after,
-        "validation_reward_with_tools": {str(r["step"]): round(r["validation_reward_mean"], 4) for r in records
-                                         if "validation_reward_mean" in r},
-        "training_wall_seconds": round(wall, 1), "training_wall_minutes": round(wall / 60, 1),
+        "before": before,
+        "after": after,
+        "validation_reward_with_tools": {
+            str(r["step"]): round(r["validation_reward_mean"], 4) for r in records if "validation_reward_mean" in r
+        },
+        "training_wall_seconds": round(wall, 1),
+        "training_wall_minutes": round(wall / 60, 1),
         "mean_step_seconds": mean("step_seconds", steps),
         "training_reward_first_5_steps": mean("reward_mean", steps[:5]),
         "training_reward_last_5_steps": mean("reward_mean", steps[-5:]),
@@ -133,8 +164,10 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
     }
     OUT.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"trained: {after['accuracy_with_tools']:.0%} with the calculator, {after['accuracy_without_tools']:.0%} without; "
-          f"training {result['training_wall_minutes']} min; wrote {OUT.relative_to(REPO)}")
+    print(
+        f"trained: {after['accuracy_with_tools']:.0%} with the calculator, {after['accuracy_without_tools']:.0%} without; "
+        f"training {result['training_wall_minutes']} min; wrote {OUT.relative_to(REPO)}"
+    )
 
 
 if __name__ == "__main__":

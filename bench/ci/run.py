@@ -68,8 +68,14 @@ def run_ci(kind: str, scratch: Path) -> dict:
     whole = Path(tempfile.gettempdir()) / f"kuberl-ci-{kind}.log"  # the whole log outlives the clone
     shutil.copyfile(log, whole)
     print(f"{kind}: the whole log is {whole}")
-    return {"exit_status": result.returncode, "wall_seconds": round(seconds), "setup_seconds": int(setup.group(1)) if setup else None,
-            "budget_seconds": BUDGET[kind], "within_budget": seconds <= BUDGET[kind], "closing_line": counts}
+    return {
+        "exit_status": result.returncode,
+        "wall_seconds": round(seconds),
+        "setup_seconds": int(setup.group(1)) if setup else None,
+        "budget_seconds": BUDGET[kind],
+        "within_budget": seconds <= BUDGET[kind],
+        "closing_line": counts,
+    }
 
 
 def main() -> int:

@@ -62,8 +62,9 @@ def main() -> None:
     mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
     started = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(batch, attention_mask=mask, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                             do_sample=False, pad_token_id=pad)
+        out = model.generate(
+            batch, attention_mask=mask, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False, pad_token_id=pad
+        )
     hf_seconds = time.perf_counter() - started
     assert out.shape[1] - width == args.new_tokens
     del model

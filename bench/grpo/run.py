@@ -35,22 +35,26 @@ def our_run(steps: int, work: Path) -> dict:
     doc = yaml.safe_load(EXAMPLE.read_text())
     spec = doc["spec"]
     spec["data"].pop("validation", None)
-    spec["trainer"].update(totalSteps=steps, validationInterval=0, exportPath=None,
-                           checkpoint={"path": str(work / "kuberl" / "checkpoints"), "interval": 1000, "keep": 1})
+    spec["trainer"].update(
+        totalSteps=steps,
+        validationInterval=0,
+        exportPath=None,
+        checkpoint={"path": str(work / "kuberl" / "checkpoints"), "interval": 1000, "keep": 1},
+    )
     spec["trainer"].pop("exportPath")
     spec["model"]["gguf"] = str(REPO / spec["model"]["gguf"])
     spec["monitoring"] = {"enabled": False}
     job = work / "kuberl.yaml"
     job.write_text(yaml.safe_dump(doc, sort_keys=False))
     started = time.perf_counter()
-    subprocess.run([str(REPO / ".venv" / "bin" / "kuberl"), "run", str(job), "--out", str(work / "kuberl"), "--threads", "2"],
-                   check=True, cwd=REPO)
+    subprocess.run(
+        [str(REPO / ".venv" / "bin" / "kuberl"), "run", str(job), "--out", str(work / "kuberl"), "--threads", "2"], check=True, cwd=REPO
+    )
     wall = time.perf_counter() - started
     records = [json.loads(line) for line in (work / "kuberl" / "metrics.jsonl").read_text().splitlines()]
     seconds = [r["step_seconds"] - r["phase_seconds"].get("checkpoint", 0.0) for r in records]
     rewards = [r["reward_mean"] for r in records]
-    return {"seconds_per_step": seconds, "rewards": rewards, "wall_seconds": wall,
-            "reshard_share": [r["reshard_share"] for r in records]}
+    return {"seconds_per_step": seconds, "rewards": rewards, "wall_seconds": wall, "reshard_share": [r["reshard_share"] for r in records]}
 
 
 def trl_run(steps: int, work: Path) -> dict:
@@ -73,8 +77,9 @@ def trl_run(steps: int, work: Path) -> dict:
     # sides see the same 4 prompts at every step, so their rewards compare step by step.
     loader = PromptLoader(examples, spec["trainer"]["promptsPerStep"], spec["trainer"]["seed"])
     ordered = [e for _ in range(steps) for e in loader.next_batch()]
-    dataset = Dataset.from_list([{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": e.prompt}],
-                                  "answer": e.answer} for e in ordered])
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "system", "content": system}, {"role": "user", "content": e.prompt}], "answer": e.answer} for e in ordered]
+    )
 
     seen: list[str] = []
 
@@ -85,12 +90,29 @@ def trl_run(steps: int, work: Path) -> dict:
     folder = gguf_to_hf_folder(smollm2_gguf())
     rollout, trainer_spec = spec["rollout"], spec["trainer"]
     config = GRPOConfig(
-        output_dir=str(work / "trl"), max_steps=steps, learning_rate=trainer_spec["optimizer"]["lr"],
-        per_device_train_batch_size=32, gradient_accumulation_steps=1, num_generations=rollout["samplesPerPrompt"],
-        max_completion_length=rollout["maxNewTokens"], temperature=rollout["temperature"], top_k=0,
-        beta=0.0, loss_type="dapo", scale_rewards="group", max_grad_norm=trainer_spec["optimizer"]["gradClip"],
-        use_cpu=True, bf16=False, logging_steps=1, save_strategy="no", report_to="none", seed=trainer_spec["seed"],
-        disable_dropout=True, dataloader_num_workers=0, lr_scheduler_type="constant", warmup_steps=0,
+        output_dir=str(work / "trl"),
+        max_steps=steps,
+        learning_rate=trainer_spec["optimizer"]["lr"],
+        per_device_train_batch_size=32,
+        gradient_accumulation_steps=1,
+        num_generations=rollout["samplesPerPrompt"],
+        max_completion_length=rollout["maxNewTokens"],
+        temperature=rollout["temperature"],
+        top_k=0,
+        beta=0.0,
+        loss_type="dapo",
+        scale_rewards="group",
+        max_grad_norm=trainer_spec["optimizer"]["gradClip"],
+        use_cpu=True,
+        bf16=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=trainer_spec["seed"],
+        disable_dropout=True,
+        dataloader_num_workers=0,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
         shuffle_dataset=False,
     )
     times: list[float] = []
@@ -104,8 +126,9 @@ def trl_run(steps: int, work: Path) -> dict:
 
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[Clock()])
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=[reward], args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[Clock()]
+    )
     started = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - started
@@ -120,10 +143,14 @@ def summary(run: dict, completions_per_step: int) -> dict:
     steady = run["seconds_per_step"][1:] or run["seconds_per_step"]
     per_step = sum(steady) / len(steady)
     rewards = run["rewards"]
-    half = rewards[len(rewards) // 2:]
-    return {"seconds_per_step": round(per_step, 2), "completions_per_second": round(completions_per_step / per_step, 3),
-            "reward_mean": round(sum(rewards) / len(rewards), 4), "reward_last_half_mean": round(sum(half) / len(half), 4),
-            "rewards": [round(r, 4) for r in rewards]}
+    half = rewards[len(rewards) // 2 :]
+    return {
+        "seconds_per_step": round(per_step, 2),
+        "completions_per_second": round(completions_per_step / per_step, 3),
+        "reward_mean": round(sum(rewards) / len(rewards), 4),
+        "reward_last_half_mean": round(sum(half) / len(half), 4),
+        "rewards": [round(r, 4) for r in rewards],
+    }
 
 
 def paired_reward_difference(ours: list[float], theirs: list[float]) -> dict:

@@ -25,8 +25,13 @@ IMAGES = {"OPERATOR": "operator", "TRAINER": "cpu trainer", "GPU_TRAINER": "gpu 
 
 
 def buildah(*args: str) -> str:
-    return subprocess.run(["buildah", "--root", str(CACHE / "storage"), "--runroot", str(CACHE / "run"), "--storage-driver",
-                           "overlay", *args], capture_output=True, text=True, check=True, timeout=600).stdout
+    return subprocess.run(
+        ["buildah", "--root", str(CACHE / "storage"), "--runroot", str(CACHE / "run"), "--storage-driver", "overlay", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
 
 
 def step_name(created_by: str) -> str:
@@ -66,9 +71,30 @@ def main() -> int:
         images[name] = {"bytes": sum(layer["bytes"] for layer in split), "layers": split}
     container = buildah("from", "--quiet", "--pull-never", refs["GPU_TRAINER_IMAGE"]).strip()
     try:
-        check = subprocess.run(["buildah", "--root", str(CACHE / "storage"), "--runroot", str(CACHE / "run"), "--storage-driver", "overlay",
-                                "run", "--isolation", "chroot", "--user", "10001:10001", container, "--", "kuberl", "worker", "--check"],
-                               capture_output=True, text=True, timeout=600)
+        check = subprocess.run(
+            [
+                "buildah",
+                "--root",
+                str(CACHE / "storage"),
+                "--runroot",
+                str(CACHE / "run"),
+                "--storage-driver",
+                "overlay",
+                "run",
+                "--isolation",
+                "chroot",
+                "--user",
+                "10001:10001",
+                container,
+                "--",
+                "kuberl",
+                "worker",
+                "--check",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         buildah("rm", container)
     result = {

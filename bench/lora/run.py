@@ -70,8 +70,9 @@ def measure(run: Path, checkpoints: Path) -> dict:
         "switch_bytes_per_step": round(mean("switch_bytes")),
         "switch_full_bytes": round(mean("switch_full_bytes")),
         "switch_seconds_per_step": round(mean("reshard_seconds"), 4),
-        "switch_share_of_step_time": round(sum(r["phase_seconds"].get("reshard", 0.0) for r in steps)
-                                           / sum(r["step_seconds"] for r in steps), 4),
+        "switch_share_of_step_time": round(
+            sum(r["phase_seconds"].get("reshard", 0.0) for r in steps) / sum(r["step_seconds"] for r in steps), 4
+        ),
         "checkpoint_bytes": sum(f.stat().st_size for f in last.iterdir()),
         "checkpoint_weight_bytes": tensor_bytes(weights),
         "optimizer_state_bytes": tensor_bytes(part["optimizer"]),
@@ -83,8 +84,12 @@ def run_one(work: Path, name: str, lora: dict | None, lr: float) -> dict:
     shutil.rmtree(work / name, ignore_errors=True)
     job = job_file(work, name, lora, lr)
     started = time.perf_counter()
-    result = subprocess.run([str(REPO / ".venv" / "bin" / "kuberl"), "run", str(job), "--out", str(work / name / "run")],
-                            cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "kuberl"), "run", str(job), "--out", str(work / name / "run")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         sys.exit(f"{name} failed:\n{result.stderr[-3000:]}")
     return summarize_one(work, name, lora, lr, seconds=time.perf_counter() - started)
@@ -107,16 +112,20 @@ def main() -> None:
     parser.add_argument("--lora-lr", type=float, default=1e-4)
     parser.add_argument("--full-lr", type=float, default=yaml.safe_load(JOB.read_text())["spec"]["trainer"]["optimizer"]["lr"])
     parser.add_argument("--only", choices=("lora", "full"), default=None)
-    parser.add_argument("--reuse-full", action="store_true",
-                        help="summarise the full fine-tuning run already in --work instead of running it again")
+    parser.add_argument(
+        "--reuse-full", action="store_true", help="summarise the full fine-tuning run already in --work instead of running it again"
+    )
     parser.add_argument("--work", default=str(REPO / "runs" / "bench-lora"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "lora.json"))
     args = parser.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    out: dict = {"job": "examples/grpo-smollm2-arith.yaml", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                 "machine": f"{shutil.os.cpu_count()} cores",
-                 "load_average_at_start": [round(x, 1) for x in shutil.os.getloadavg()]}
+    out: dict = {
+        "job": "examples/grpo-smollm2-arith.yaml",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": f"{shutil.os.cpu_count()} cores",
+        "load_average_at_start": [round(x, 1) for x in shutil.os.getloadavg()],
+    }
     if args.reuse_full:
         out["full"] = summarize_one(work, "full", None, args.full_lr, seconds=None)
     elif args.only != "lora":

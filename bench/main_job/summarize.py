@@ -32,12 +32,15 @@ def summarize(run: Path) -> dict:
         "job": "examples/grpo-smollm2-arith.yaml",
         "steps": len(steps),
         "validation_greedy_accuracy": {str(step): round(value, 4) for step, value in validation},
-        "before": validation[0][1], "after": validation[-1][1],
+        "before": validation[0][1],
+        "after": validation[-1][1],
         "wall_seconds": round(wall, 1),
         "wall_minutes": round(wall / 60, 1),
         "mean_step_seconds": round(step_seconds / len(steps), 1),
-        "phase_share": {p: round(sum(r["phase_seconds"].get(p, 0.0) for r in steps) / step_seconds, 4)
-                        for p in ("rollout", "reshard", "switch_back", "train", "validation", "checkpoint")},
+        "phase_share": {
+            p: round(sum(r["phase_seconds"].get(p, 0.0) for r in steps) / step_seconds, 4)
+            for p in ("rollout", "reshard", "switch_back", "train", "validation", "checkpoint")
+        },
         "reshard_share_of_step_time": round(reshard / step_seconds, 4),
         "switch_share_of_step_time": round((reshard + switch_back) / step_seconds, 4),
         "switch_back_seconds_total": round(back_total, 3),
@@ -52,8 +55,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("run", nargs="?", default=str(REPO / "runs" / "grpo-smollm2-arith"))
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "main_job.json"))
-    parser.add_argument("--baseline-run", default=None,
-                        help="the run folder of the tree this one is compared with (run back to back on the same machine)")
+    parser.add_argument(
+        "--baseline-run", default=None, help="the run folder of the tree this one is compared with (run back to back on the same machine)"
+    )
     parser.add_argument("--baseline-commit", default=None, help="the commit the baseline run was made from")
     parser.add_argument("--note", default=None, help="how this run and its baseline were made")
     args = parser.parse_args()

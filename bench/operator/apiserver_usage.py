@@ -50,14 +50,17 @@ def request_totals(plane) -> dict[str, Requests]:
 
 def requests_between(before: dict[str, Requests], after: dict[str, Requests], top: int = 15) -> dict[str, dict[str, float]]:
     """The kinds of request made between two readings, most time-consuming first."""
-    made = {kind: Requests(r.count - before.get(kind, Requests(0, 0)).count, r.seconds - before.get(kind, Requests(0, 0)).seconds)
-            for kind, r in after.items()}
+    made = {
+        kind: Requests(r.count - before.get(kind, Requests(0, 0)).count, r.seconds - before.get(kind, Requests(0, 0)).seconds)
+        for kind, r in after.items()
+    }
     ranked = sorted(((k, r) for k, r in made.items() if r.count > 0), key=lambda kr: -kr[1].seconds)
     return {kind: {"count": int(r.count), "seconds": round(r.seconds, 2)} for kind, r in ranked[:top]}
 
 
 def profile_in_background(plane, seconds: int, out: Path) -> threading.Thread:
     """A CPU profile of the API server over the next `seconds`, written to `out` (`go tool pprof -top out`)."""
+
     def fetch() -> None:
         out.write_bytes(_get(plane, f"/debug/pprof/profile?seconds={seconds}", seconds + 60))
 

@@ -65,28 +65,62 @@ CREATE_THREADS = 8
 def queue_objects(namespaces: list[str]) -> list[dict[str, Any]]:
     """A flavor over the bench's kwok pool, one ClusterQueue with room for every job of both sides, a LocalQueue per namespace."""
     return [
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": POOL},
-         "spec": {"nodeLabels": {"kuberl.dev/pool": POOL}}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": QUEUE},
-         "spec": {"namespaceSelector": {}, "resourceGroups": [{
-             "coveredResources": ["cpu", "memory"],
-             "flavors": [{"name": POOL, "resources": [{"name": "cpu", "nominalQuota": "1000"},
-                                                      {"name": "memory", "nominalQuota": "4Ti"}]}]}]}},
-        *({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": QUEUE, "namespace": ns},
-           "spec": {"clusterQueue": QUEUE}} for ns in namespaces),
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": POOL},
+            "spec": {"nodeLabels": {"kuberl.dev/pool": POOL}},
+        },
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": POOL,
+                                "resources": [{"name": "cpu", "nominalQuota": "1000"}, {"name": "memory", "nominalQuota": "4Ti"}],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+        *(
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "LocalQueue",
+                "metadata": {"name": QUEUE, "namespace": ns},
+                "spec": {"clusterQueue": QUEUE},
+            }
+            for ns in namespaces
+        ),
     ]
 
 
 def rljob(name: str) -> dict[str, Any]:
     return {
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
         "spec": {
-            "model": {"path": "/data/m"}, "data": {"train": {"path": "/data/d.jsonl"}},
+            "model": {"path": "/data/m"},
+            "data": {"train": {"path": "/data/d.jsonl"}},
             "volumes": [{"name": "data", "emptyDir": {}}],
-            "algorithm": {"name": "grpo"}, "rollout": {"samplesPerPrompt": 4},
+            "algorithm": {"name": "grpo"},
+            "rollout": {"samplesPerPrompt": 4},
             "reward": {"rules": [{"name": "math_answer"}]},
-            "roles": {"actor": {"replicas": PODS_PER_JOB, "resources": {"requests": dict(REQUESTS)},
-                                "volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
+            "roles": {
+                "actor": {
+                    "replicas": PODS_PER_JOB,
+                    "resources": {"requests": dict(REQUESTS)},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }
+            },
             "trainer": {"totalSteps": 1, "promptsPerStep": 4},
             "runPolicy": {"scheduling": {"queueName": QUEUE}},
         },
@@ -95,14 +129,32 @@ def rljob(name: str) -> dict[str, Any]:
 
 def jobset(name: str) -> dict[str, Any]:
     """What a user writes for the same pods: one replicated job of one indexed Job of 2 pods, in the queue."""
-    pod = {"restartPolicy": "Never",
-           "containers": [{"name": "trainer", "image": "registry.invalid/trainer:bench", "resources": {"requests": dict(REQUESTS)}}]}
+    pod = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "trainer", "image": "registry.invalid/trainer:bench", "resources": {"requests": dict(REQUESTS)}}],
+    }
     return {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
         "metadata": {"name": name, "labels": {QUEUE_LABEL: QUEUE}},
-        "spec": {"suspend": True, "replicatedJobs": [{"name": "actor", "replicas": 1, "template": {"spec": {
-            "completionMode": "Indexed", "completions": PODS_PER_JOB, "parallelism": PODS_PER_JOB, "backoffLimit": 0,
-            "template": {"spec": pod}}}}]},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {
+                    "name": "actor",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "completionMode": "Indexed",
+                            "completions": PODS_PER_JOB,
+                            "parallelism": PODS_PER_JOB,
+                            "backoffLimit": 0,
+                            "template": {"spec": pod},
+                        }
+                    },
+                }
+            ],
+        },
     }
 
 
@@ -205,8 +257,7 @@ def minus(after: list[tuple[float, float]], before: list[tuple[float, float]]) -
 # --- the run ------------------------------------------------------------------------------------------
 
 
-def run_side(plane, namespace: str, names: list[str], create: Callable[[str], Any], timeout: float,
-             trace: dict | None = None) -> float:
+def run_side(plane, namespace: str, names: list[str], create: Callable[[str], Any], timeout: float, trace: dict | None = None) -> float:
     """Create every job, return the seconds until a watch saw all their pods Running. `trace` gets when
     each job was created and each pod ran (seconds from the start)."""
     core = client.CoreV1Api(plane.api_client())
@@ -223,8 +274,11 @@ def run_side(plane, namespace: str, names: list[str], create: Callable[[str], An
             list(pool.map(timed, names))
         pods.wait_for(PODS_PER_JOB * len(names), timeout)
         if trace is not None:
-            trace.update(started=started, created={n: t - started for n, t in created.items()},
-                         running={n: t - started for n, t in pods.seen.items()})
+            trace.update(
+                started=started,
+                created={n: t - started for n, t in created.items()},
+                running={n: t - started for n, t in pods.seen.items()},
+            )
         return time.monotonic() - started
     finally:
         pods.stop()
@@ -237,19 +291,26 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs) after the run")
     parser.add_argument("--profile-seconds", type=int, default=0, help="profile the API server over our side's first N seconds")
     args = parser.parse_args()
-    bin_dir = Path(subprocess.run(["bash", str(REPO / "scripts" / "kube-binaries.sh")], check=True,
-                                  capture_output=True, text=True).stdout.strip())
+    bin_dir = Path(
+        subprocess.run(["bash", str(REPO / "scripts" / "kube-binaries.sh")], check=True, capture_output=True, text=True).stdout.strip()
+    )
     root = scheduling_root(REPO / "scripts" / "scheduling-binaries.sh")
     work = Path(tempfile.mkdtemp(prefix="kuberl-bench-operator-"))
     # 8 nodes of 64 CPUs and 110 pods: room for both sides' 400 pods at once.
-    plane = start_control_plane(bin_dir, work / "plane", pools=(NodePool(POOL, count=8, cpu="64", memory="512Gi"),),
-                                profiling=args.profile_seconds > 0)
+    plane = start_control_plane(
+        bin_dir, work / "plane", pools=(NodePool(POOL, count=8, cpu="64", memory="512Gi"),), profiling=args.profile_seconds > 0
+    )
     sched = operator = None
     try:
         sched = start_schedulers(plane, work / "schedulers", root)
         plane.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "kuberl.dev_rljobs.yaml"))
-        eventually(lambda: plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev",
-                                         "--timeout=30s", check=False).returncode == 0, 60, "the RLJob CRD")
+        eventually(
+            lambda: (
+                plane.kubectl("wait", "--for=condition=Established", "crd/rljobs.kuberl.dev", "--timeout=30s", check=False).returncode == 0
+            ),
+            60,
+            "the RLJob CRD",
+        )
         api = plane.api_client()
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         namespaces = ["warmup", "baseline", "ours"]
@@ -277,13 +338,17 @@ def main() -> None:
         run_side(plane, "warmup", ["warm-js"], create_jobset("warmup"), 120)
         run_side(plane, "warmup", ["warm-rl"], create_rljob("warmup"), 120)
         custom.delete_namespaced_custom_object(*RLJOBS, "warmup", "rljobs", "warm-rl")
-        custom.delete_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "warmup", "jobsets", "warm-js",
-                                               propagation_policy="Background")
+        custom.delete_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "warmup", "jobsets", "warm-js", propagation_policy="Background"
+        )
         eventually(lambda: not core.list_namespaced_pod("warmup").items, 120, "the warm-up's pods to go")
 
         names = [f"job-{i:03d}" for i in range(args.jobs)]
-        pids = {"operator": operator.proc.pid, **{k: p.pid for k, p in sched.processes.items()},
-                **{k: p.pid for k, p in plane.processes.items()}}
+        pids = {
+            "operator": operator.proc.pid,
+            **{k: p.pid for k, p in sched.processes.items()},
+            **{k: p.pid for k, p in plane.processes.items()},
+        }
         cpu_before = {k: cpu_seconds(p) for k, p in pids.items()}
         requests_before = request_totals(plane)
         traces: dict[str, dict] = {"baseline": {}, "ours": {}}
@@ -291,11 +356,15 @@ def main() -> None:
         cpu_baseline = {k: round(cpu_seconds(p) - cpu_before[k], 1) for k, p in pids.items()}
         requests_baseline = requests_between(requests_before, request_totals(plane))
         kueue_rss_baseline = proc_status(sched.processes["kueue"].pid, "VmRSS")
-        custom.delete_collection_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "baseline", "jobsets",
-                                                          propagation_policy="Background")
+        custom.delete_collection_namespaced_custom_object(
+            "jobset.x-k8s.io", "v1alpha2", "baseline", "jobsets", propagation_policy="Background"
+        )
         eventually(lambda: not core.list_namespaced_pod("baseline").items, 300, "the baseline's pods to go")
-        eventually(lambda: not custom.list_namespaced_custom_object(*KUEUE, "baseline", "workloads")["items"], 120,
-                   "the baseline's Workloads to go")
+        eventually(
+            lambda: not custom.list_namespaced_custom_object(*KUEUE, "baseline", "workloads")["items"],
+            120,
+            "the baseline's Workloads to go",
+        )
 
         buckets_before = reconcile_buckets(operator.metrics())
         cpu_before = {k: cpu_seconds(p) for k, p in pids.items()}

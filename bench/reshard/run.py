@@ -32,9 +32,19 @@ import torch
 import torch.distributed as dist
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-SYNTHETIC = dict(model_type="llama", vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
-                 num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048, rms_norm_eps=1e-5,
-                 rope_theta=10000.0, tie_word_embeddings=False)
+SYNTHETIC = dict(
+    model_type="llama",
+    vocab_size=32000,
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=12,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
+)
 REPEATS = 3
 
 
@@ -43,6 +53,7 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
     from kuberl.engine.compat import megatron_cpu
+
     megatron_cpu.apply()
     from megatron.core import parallel_state as ps
 
@@ -73,9 +84,14 @@ def worker(args: argparse.Namespace) -> None:
         started = time.perf_counter()
         naive_bytes = naive_all_gather(local, args.world)
         naive.append(time.perf_counter() - started)
-    report = {"rank": args.rank, "ours_bytes": resharder.stats.bytes_received, "ours_seconds": statistics.median(ours),
-              "naive_bytes": naive_bytes, "naive_seconds": statistics.median(naive),
-              "model_bytes": model_bytes}
+    report = {
+        "rank": args.rank,
+        "ours_bytes": resharder.stats.bytes_received,
+        "ours_seconds": statistics.median(ours),
+        "naive_bytes": naive_bytes,
+        "naive_seconds": statistics.median(naive),
+        "model_bytes": model_bytes,
+    }
     Path(f"{args.out}.{args.rank}").write_text(json.dumps(report))
     dist.barrier()
     dist.destroy_process_group()
@@ -84,8 +100,10 @@ def worker(args: argparse.Namespace) -> None:
 def load_or_make(args: argparse.Namespace, config: dict) -> dict[str, torch.Tensor]:
     if args.weights:
         from kuberl.engine.models.loading import read_hf_state_dict
+
         return read_hf_state_dict(Path(args.weights))
     import transformers
+
     torch.manual_seed(0)
     cfg = transformers.LlamaConfig(**{k: v for k, v in config.items() if k != "model_type"})
     with torch.device("meta"):
@@ -103,9 +121,33 @@ def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, tg:
     config_path.write_text(json.dumps(config))
     port = free_port()
     out = workdir / f"{name}-t{tp}p{pp}g{tg}"
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--rank", str(r), "--world", "4", "--port", str(port),
-                               "--tp", str(tp), "--pp", str(pp), "--tg", str(tg), "--config", str(config_path), "--out", str(out),
-                               *(["--weights", weights] if weights else [])]) for r in range(4)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                "--rank",
+                str(r),
+                "--world",
+                "4",
+                "--port",
+                str(port),
+                "--tp",
+                str(tp),
+                "--pp",
+                str(pp),
+                "--tg",
+                str(tg),
+                "--config",
+                str(config_path),
+                "--out",
+                str(out),
+                *(["--weights", weights] if weights else []),
+            ]
+        )
+        for r in range(4)
+    ]
     for proc in procs:
         if proc.wait() != 0:
             raise RuntimeError(f"a rank of {name} t={tp} p={pp} t_g={tg} failed")
@@ -114,13 +156,15 @@ def run_case(name: str, config: dict, weights: str | None, tp: int, pp: int, tg:
     sharded = sum(p.numel() for u in units for p in u.pieces if p.tp_rank is not None) * 4
     ours_s, naive_s = max(r["ours_seconds"] for r in reports), max(r["naive_seconds"] for r in reports)
     return {
-        "model": name, "layout": f"t={tp} p={pp} d={4 // (tp * pp)}, t_g={tg}",
+        "model": name,
+        "layout": f"t={tp} p={pp} d={4 // (tp * pp)}, t_g={tg}",
         "model_bytes": reports[0]["model_bytes"],
         "formula_bytes_per_rank": round(hybridflow_bytes(sharded, tp * pp, tg=tg)),
         "ours_bytes_per_rank_max": max(r["ours_bytes"] for r in reports),
         "ours_bytes_per_rank_mean": round(statistics.mean(r["ours_bytes"] for r in reports)),
         "naive_bytes_per_rank_max": max(r["naive_bytes"] for r in reports),
-        "ours_seconds": round(ours_s, 3), "naive_seconds": round(naive_s, 3),
+        "ours_seconds": round(ours_s, 3),
+        "naive_seconds": round(naive_s, 3),
         "time_ratio_naive_over_ours": round(naive_s / max(ours_s, 1e-6), 2),
     }
 
@@ -150,8 +194,12 @@ def main() -> None:
         for tp, pp, tg in layouts:
             rows.append(run_case(name, config, weights, tp, pp, tg, workdir))
             print(json.dumps(rows[-1]), flush=True)
-    result = {"benchmark": "reshard", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": f"{platform.machine()}, {os.cpu_count()} cores, 4 gloo ranks, 1 thread each", "rows": rows}
+    result = {
+        "benchmark": "reshard",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, 4 gloo ranks, 1 thread each",
+        "rows": rows,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "reshard.json").write_text(json.dumps(result, indent=2) + "\n")
 

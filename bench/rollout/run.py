@@ -61,7 +61,7 @@ def prompts_of_main_job(batches: int) -> tuple[list[list[list[int]]], dict]:
     examples = arithmetic(data.train.generator)
     per_batch = spec["trainer"]["promptsPerStep"]
     ids = [encoder.encode(e) for e in examples[: per_batch * (batches + 1)]]
-    return [ids[i:i + per_batch] for i in range(0, len(ids), per_batch)], spec["rollout"]
+    return [ids[i : i + per_batch] for i in range(0, len(ids), per_batch)], spec["rollout"]
 
 
 def run_variant(name: str, batches: int, out: Path) -> None:
@@ -77,12 +77,21 @@ def run_variant(name: str, batches: int, out: Path) -> None:
     prompt_batches, rollout = prompts_of_main_job(batches)
     variant = VARIANTS[name]
     extra = {"block_size": variant["block_size"]} if "block_size" in variant else {}
-    llm = LLM(model=str(gguf_to_hf_folder(smollm2_gguf())), dtype="float32", seed=0, max_model_len=2048, enforce_eager=True,
-              kv_cache_memory_bytes=rollout["kvCacheBytes"], enable_prefix_caching=variant["enable_prefix_caching"],
-              disable_log_stats=False, **extra)  # the stats feed the prefix-cache counters read below
+    llm = LLM(
+        model=str(gguf_to_hf_folder(smollm2_gguf())),
+        dtype="float32",
+        seed=0,
+        max_model_len=2048,
+        enforce_eager=True,
+        kv_cache_memory_bytes=rollout["kvCacheBytes"],
+        enable_prefix_caching=variant["enable_prefix_caching"],
+        disable_log_stats=False,
+        **extra,
+    )  # the stats feed the prefix-cache counters read below
     n = rollout["samplesPerPrompt"]
-    params = SamplingParams(n=1 if variant["per_sample"] else n, max_tokens=rollout["maxNewTokens"],
-                            temperature=rollout["temperature"], logprobs=0)
+    params = SamplingParams(
+        n=1 if variant["per_sample"] else n, max_tokens=rollout["maxNewTokens"], temperature=rollout["temperature"], logprobs=0
+    )
 
     def generate(prompts: list[list[int]]) -> int:
         requests = [{"prompt_token_ids": p} for p in prompts for _ in range(n if variant["per_sample"] else 1)]
@@ -97,11 +106,19 @@ def run_variant(name: str, batches: int, out: Path) -> None:
         tokens += generate(prompts)
     seconds = time.perf_counter() - started
     after = prefix_cache_counters(llm)
-    out.write_text(json.dumps({
-        "generated_tokens": tokens, "seconds": round(seconds, 3), "tokens_per_second": round(tokens / seconds, 1),
-        "seconds_per_batch": round(seconds / batches, 3),
-        "prompt_tokens_queried": after[0] - before[0], "prompt_tokens_from_cache": after[1] - before[1],
-        "block_size": llm.llm_engine.vllm_config.cache_config.block_size}))
+    out.write_text(
+        json.dumps(
+            {
+                "generated_tokens": tokens,
+                "seconds": round(seconds, 3),
+                "tokens_per_second": round(tokens / seconds, 1),
+                "seconds_per_batch": round(seconds / batches, 3),
+                "prompt_tokens_queried": after[0] - before[0],
+                "prompt_tokens_from_cache": after[1] - before[1],
+                "block_size": llm.llm_engine.vllm_config.cache_config.block_size,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -119,9 +136,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for name in VARIANTS:
             target = Path(tmp) / f"{name}.json"
-            subprocess.run([sys.executable, __file__, "--variant", name, "--variant-out", str(target),
-                            "--batches", str(args.batches)], check=True, timeout=900,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, __file__, "--variant", name, "--variant-out", str(target), "--batches", str(args.batches)],
+                check=True,
+                timeout=900,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             results[name] = json.loads(target.read_text())
             print(name, json.dumps(results[name]), flush=True)
     base = results["per_sample"]["tokens_per_second"]

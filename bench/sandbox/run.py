@@ -43,8 +43,12 @@ EXPECTED = b"395"
 def start_server(backend: str, scratch: Path) -> tuple[subprocess.Popen, str]:
     """A sandbox server on a free loopback port, and its URL, once it says it serves."""
     kuberl = str(Path(sys.executable).with_name("kuberl"))
-    proc = subprocess.Popen([kuberl, "sandbox-serve", "--port", "0", "--host", "127.0.0.1", "--scratch", str(scratch),
-                             "--backend", backend], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [kuberl, "sandbox-serve", "--port", "0", "--host", "127.0.0.1", "--scratch", str(scratch), "--backend", backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -76,13 +80,17 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="kuberl-bench-sandbox-"))
     servers = {name: start_server(name, root / name) for name in ("process", "bubblewrap")}
     try:
-        backends = {"process": SANDBOX_BACKENDS["process"](), "bubblewrap": SANDBOX_BACKENDS["bubblewrap"](),
-                    **{f"server/{name}": PodBackend(url) for name, (_, url) in servers.items()}}
+        backends = {
+            "process": SANDBOX_BACKENDS["process"](),
+            "bubblewrap": SANDBOX_BACKENDS["bubblewrap"](),
+            **{f"server/{name}": PodBackend(url) for name, (_, url) in servers.items()},
+        }
 
         def call(backend) -> Callable[[], None]:
             def run() -> None:
                 outcome = backend.run(request, limits)
                 assert outcome.output.strip() == EXPECTED, (outcome.output[:200], outcome.death())
+
             return run
 
         def floor() -> None:
@@ -107,10 +115,17 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
     median = {name: statistics.median(v) for name, v in seconds.items()}
-    rows = [{"sandbox": name, "median_ms": round(1000 * median[name], 1), "p90_ms": round(1000 * percentile(v, 0.9), 1),
-             "ratio_to_process": round(median[name] / median["process"], 2),
-             "floor_share": round(median["floor"] / median[name], 2)}
-            for name, v in seconds.items() if name != "floor"]
+    rows = [
+        {
+            "sandbox": name,
+            "median_ms": round(1000 * median[name], 1),
+            "p90_ms": round(1000 * percentile(v, 0.9), 1),
+            "ratio_to_process": round(median[name] / median["process"], 2),
+            "floor_share": round(median["floor"] / median[name], 2),
+        }
+        for name, v in seconds.items()
+        if name != "floor"
+    ]
     result = {
         "benchmark": "sandbox",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),

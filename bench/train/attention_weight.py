@@ -57,15 +57,30 @@ def main() -> None:
             for weight, (span, mbs, _, _) in layouts.items():
                 model.span = span
                 seconds[weight].append(sum(timed_update(model, mbs, loss_fn)))
-        results[name] = {str(w): {"span": layouts[w][0], "tokens_computed": layouts[w][2], "segments": layouts[w][3],
-                                  "seconds_per_update": statistics.median(seconds[w])} for w in WEIGHTS}
+        results[name] = {
+            str(w): {
+                "span": layouts[w][0],
+                "tokens_computed": layouts[w][2],
+                "segments": layouts[w][3],
+                "seconds_per_update": statistics.median(seconds[w]),
+            }
+            for w in WEIGHTS
+        }
         for w in WEIGHTS:
             row = results[name][str(w)]
-            print(f"{name:<26} weight {w:>3}: {row['segments']:3d} segments, {row['tokens_computed']:5d} tokens, "
-                  f"{row['seconds_per_update']:6.2f} s", flush=True)
-    out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "threads": torch.get_num_threads(),
-           "engine_weight": ENGINE_WEIGHT, "micro_batch_tokens": args.micro_batch_tokens, "repeat": args.repeat,
-           "batches": results}
+            print(
+                f"{name:<26} weight {w:>3}: {row['segments']:3d} segments, {row['tokens_computed']:5d} tokens, "
+                f"{row['seconds_per_update']:6.2f} s",
+                flush=True,
+            )
+    out = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "threads": torch.get_num_threads(),
+        "engine_weight": ENGINE_WEIGHT,
+        "micro_batch_tokens": args.micro_batch_tokens,
+        "repeat": args.repeat,
+        "batches": results,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "train_attention_weight.json").write_text(json.dumps(out, indent=2) + "\n")
 

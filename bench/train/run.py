@@ -92,9 +92,9 @@ def pairs(x) -> int:
     """Query-key pairs the layout's attention computes: each padded row's s x s, or each packed
     segment's length squared (dense inside it)."""
     if x.segments is not None:
-        return sum(s.length ** 2 for s in x.segments)
+        return sum(s.length**2 for s in x.segments)
     rows, length = x.input_ids.shape
-    return rows * length ** 2
+    return rows * length**2
 
 
 def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[list[int]]]]:
@@ -103,15 +103,17 @@ def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[l
 
     g = torch.Generator().manual_seed(seed)
     # The main job's data section (examples/grpo-smollm2-arith.yaml).
-    data = DataSpec(train={"generator": GeneratorSpec(name="arithmetic", count=4, seed=1)}, chat_template=True,
-                    system_prompt="You are a calculator. Reply with the result only, for example: 5 + 3 = 8.",
-                    max_prompt_length=128)
+    data = DataSpec(
+        train={"generator": GeneratorSpec(name="arithmetic", count=4, seed=1)},
+        chat_template=True,
+        system_prompt="You are a calculator. Reply with the result only, for example: 5 + 3 = 8.",
+        max_prompt_length=128,
+    )
     encoder = PromptEncoder(tokenizer, data)
     main_prompts = [encoder.encode(e) for e in arithmetic(GeneratorSpec(name="arithmetic", count=4, seed=1))]
 
     def responses(n: int, low: int, high: int) -> list[list[int]]:
-        return [torch.randint(100, 20000, (int(torch.randint(low, high + 1, (1,), generator=g)),), generator=g).tolist()
-                for _ in range(n)]
+        return [torch.randint(100, 20000, (int(torch.randint(low, high + 1, (1,), generator=g)),), generator=g).tolist() for _ in range(n)]
 
     def grouped(prompts: list[list[int]], low: int, high: int) -> tuple[list[list[int]], list[list[int]]]:
         return [p for p in prompts for _ in range(8)], responses(8 * len(prompts), low, high)
@@ -119,15 +121,22 @@ def batches(tokenizer, seed: int = 0) -> dict[str, tuple[list[list[int]], list[l
     # Sized so that the whole bench takes minutes on 2 cores: 2 prompts x 8 samples each.
     long_prompts = [torch.randint(100, 20000, (192,), generator=g).tolist() for _ in range(2)]
     short_prompts = [torch.randint(100, 20000, (16,), generator=g).tolist() for _ in range(2)]
-    return {"main_job": grouped(main_prompts, 4, 24), "long_prompt_short_answer": grouped(long_prompts, 4, 16),
-            "short_prompt_long_answer": grouped(short_prompts, 64, 128)}
+    return {
+        "main_job": grouped(main_prompts, 4, 24),
+        "long_prompt_short_answer": grouped(long_prompts, 4, 16),
+        "short_prompt_long_answer": grouped(short_prompts, 64, 128),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--micro-batch-size", type=int, default=8,
-                        help="rows per micro-batch of the first three layouts (the main job's microBatchSize before its token budget)")
+    parser.add_argument(
+        "--micro-batch-size",
+        type=int,
+        default=8,
+        help="rows per micro-batch of the first three layouts (the main job's microBatchSize before its token budget)",
+    )
     parser.add_argument("--micro-batch-tokens", type=int, default=2048, help="the token budget of the last layout (the main job's)")
     parser.add_argument("--batches", nargs="*", default=None, help="only these batches (default: all three)")
     args = parser.parse_args()
@@ -149,10 +158,18 @@ def main() -> None:
         batch.advantages = torch.ones_like(batch.mask)
         useful = sum(len(p) + len(r) for p, r in zip(prompts, responses))
         heads = int(batch.mask.sum())  # LM-head positions: one per response token, in every layout
-        row: dict = {"sequences": len(batch), "prompt_tokens_mean": statistics.mean(map(len, prompts)),
-                     "response_tokens_mean": statistics.mean(map(len, responses)), "sequence_tokens": useful}
-        layouts = (("padded", False, False, None), ("packed", True, False, None), ("packed_shared_prefix", True, True, None),
-                   ("packed_shared_prefix_tokens", True, True, args.micro_batch_tokens))
+        row: dict = {
+            "sequences": len(batch),
+            "prompt_tokens_mean": statistics.mean(map(len, prompts)),
+            "response_tokens_mean": statistics.mean(map(len, responses)),
+            "sequence_tokens": useful,
+        }
+        layouts = (
+            ("padded", False, False, None),
+            ("packed", True, False, None),
+            ("packed_shared_prefix", True, True, None),
+            ("packed_shared_prefix_tokens", True, True, args.micro_batch_tokens),
+        )
         for layout, packed, shared, budget in layouts:
             model.packed, model.share_prefix = packed, shared
             mbs = micro_batches(batch, args.micro_batch_size) if budget is None else token_micro_batches(batch, budget, shared, model.span)
@@ -166,11 +183,20 @@ def main() -> None:
             parts = [timed_update(model, mbs, loss_fn) for _ in range(args.repeat)]
             s = statistics.median(f + o for f, o in parts)
             optimizer = statistics.median(o for _, o in parts)
-            row[layout] = {"seconds_per_update": s, "forward_backward_seconds": s - optimizer, "optimizer_seconds": optimizer,
-                           "micro_batches": len(mbs), "tokens_computed": tokens, "flops_per_second": flops / s,
-                           "forward_backward_flops_per_second": flops / (s - optimizer)}
-            print(f"{name:<26} {layout:<28} {s:7.2f} s (optimizer {optimizer:5.2f} s, {len(mbs)} micro-batches)  "
-                  f"{tokens:6d} tokens  {flops / s / 1e9:6.1f} GFLOP/s ({100 * flops / s / peak:4.1f}% of the first roofline)", flush=True)
+            row[layout] = {
+                "seconds_per_update": s,
+                "forward_backward_seconds": s - optimizer,
+                "optimizer_seconds": optimizer,
+                "micro_batches": len(mbs),
+                "tokens_computed": tokens,
+                "flops_per_second": flops / s,
+                "forward_backward_flops_per_second": flops / (s - optimizer),
+            }
+            print(
+                f"{name:<26} {layout:<28} {s:7.2f} s (optimizer {optimizer:5.2f} s, {len(mbs)} micro-batches)  "
+                f"{tokens:6d} tokens  {flops / s / 1e9:6.1f} GFLOP/s ({100 * flops / s / peak:4.1f}% of the first roofline)",
+                flush=True,
+            )
         for layout, *_ in layouts[1:]:
             row[f"speedup_{layout}"] = row["padded"]["seconds_per_update"] / row[layout]["seconds_per_update"]
         results[name] = row
@@ -182,9 +208,18 @@ def main() -> None:
             row[layout]["roofline_fraction"] = row[layout]["flops_per_second"] / peak
             row[layout]["forward_backward_roofline_fraction"] = row[layout]["forward_backward_flops_per_second"] / peak
             print(f"{name:<26} {layout:<28} {100 * row[layout]['roofline_fraction']:4.1f}% of the roofline")
-    out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.processor() or platform.machine(),
-           "threads": threads, "model": "SmolLM2-135M-Instruct", "parameters": params, "fp32_matmul_roofline_flops": peak,
-           "micro_batch_size": args.micro_batch_size, "micro_batch_tokens": args.micro_batch_tokens, "repeat": args.repeat, "batches": results}
+    out = {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.processor() or platform.machine(),
+        "threads": threads,
+        "model": "SmolLM2-135M-Instruct",
+        "parameters": params,
+        "fp32_matmul_roofline_flops": peak,
+        "micro_batch_size": args.micro_batch_size,
+        "micro_batch_tokens": args.micro_batch_tokens,
+        "repeat": args.repeat,
+        "batches": results,
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     target = RESULTS / ("train.json" if not args.batches else "train_" + "_".join(args.batches) + ".json")
     target.write_text(json.dumps(out, indent=2) + "\n")

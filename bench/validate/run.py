@@ -76,8 +76,12 @@ def main() -> int:
         "validate_example": ours,
         "floor_import_pydantic_yaml": floor,
         "roofline_share_wall": round(floor["wall_s"] / ours["wall_s"], 2),
-        "validate_alias_bomb_2kb": {**ours_bomb, "bytes": big.stat().st_size, "refused": refused.returncode == 1,
-                                    "message": refused.stderr.strip().splitlines()[0] if refused.stderr else ""},
+        "validate_alias_bomb_2kb": {
+            **ours_bomb,
+            "bytes": big.stat().st_size,
+            "refused": refused.returncode == 1,
+            "message": refused.stderr.strip().splitlines()[0] if refused.stderr else "",
+        },
         "baseline_safe_load_json_dumps_bomb_9_pow_7": {**naive_small, "bytes": small.stat().st_size},
     }
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,28 @@ from .environments import ENVIRONMENTS, Environment, EnvironmentSetup, Observati
 from .parsers import PARSERS, ParsedTurn, ToolCall, parse_hermes, parser_entry, register_parser
 from .tools import BUILTIN_TOOLS, TOOL_KINDS, Tool, ToolError, ToolResult, build_tools, register_tool, register_tool_kind
 
-__all__ = ["BUILTIN_TOOLS", "ChatRenderer", "ENVIRONMENTS", "Environment", "EnvironmentSetup", "Observation", "PARSERS",
-           "ParsedTurn", "TOOL_KINDS", "TemplateError", "Tool", "ToolCall", "ToolError", "ToolResult", "build_tools",
-           "describes_tools", "environment_entry", "parse_hermes", "parser_entry", "register_environment", "register_parser",
-           "register_tool", "register_tool_kind"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "ChatRenderer",
+    "ENVIRONMENTS",
+    "Environment",
+    "EnvironmentSetup",
+    "Observation",
+    "PARSERS",
+    "ParsedTurn",
+    "TOOL_KINDS",
+    "TemplateError",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "build_tools",
+    "describes_tools",
+    "environment_entry",
+    "parse_hermes",
+    "parser_entry",
+    "register_environment",
+    "register_parser",
+    "register_tool",
+    "register_tool_kind",
+]

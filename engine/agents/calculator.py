@@ -25,8 +25,12 @@ MAX_BITS = 4096
 """About 1200 decimal digits: the largest numerator or denominator of any intermediate result."""
 
 _BINARY: dict[type, Callable[[Fraction, Fraction], Fraction]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: lambda a, b: Fraction(a // b), ast.Mod: operator.mod,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: lambda a, b: Fraction(a // b),
+    ast.Mod: operator.mod,
 }
 
 
@@ -51,7 +55,7 @@ def _power(base: Fraction, exponent: Fraction) -> Fraction:
     size = max(base.numerator.bit_length(), base.denominator.bit_length())
     if size * abs(n) > MAX_BITS:
         raise CalculatorError("the result is too large")
-    return base ** n
+    return base**n
 
 
 def _eval(node: ast.AST) -> Fraction:
@@ -102,7 +106,7 @@ def format_number(value: Fraction) -> str:
     if d != 1:
         return f"{value.numerator}/{value.denominator}"
     places = max(twos, fives)
-    scaled = abs(value.numerator) * 10 ** places // value.denominator
+    scaled = abs(value.numerator) * 10**places // value.denominator
     digits = str(scaled).rjust(places + 1, "0")
     return ("-" if value < 0 else "") + digits[:-places] + "." + digits[-places:]
 

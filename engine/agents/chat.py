@@ -16,8 +16,10 @@ from typing import Any
 from ..config.termination import NotRetryable
 
 _SENTINEL = "KUBERL_TURN_SENTINEL"
-_PROBE = {"type": "function", "function": {"name": "kuberl_probe_tool", "description": "probe",
-                                           "parameters": {"type": "object", "properties": {}}}}
+_PROBE = {
+    "type": "function",
+    "function": {"name": "kuberl_probe_tool", "description": "probe", "parameters": {"type": "object", "properties": {}}},
+}
 
 
 class TemplateError(NotRetryable, ValueError):
@@ -31,11 +33,17 @@ def describes_tools(tokenizer: Any) -> bool:
     if not getattr(tokenizer, "chat_template", None):
         return False
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "u"}], tools=[_PROBE], tokenize=False,
-                                             add_generation_prompt=True)
-        tokenizer.apply_chat_template([{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"},
-                                       {"role": "tool", "name": "kuberl_probe_tool", "content": "r"}],
-                                      tools=[_PROBE], tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "u"}], tools=[_PROBE], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(
+            [
+                {"role": "user", "content": "u"},
+                {"role": "assistant", "content": "a"},
+                {"role": "tool", "name": "kuberl_probe_tool", "content": "r"},
+            ],
+            tools=[_PROBE],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
     except Exception:  # a template that raises on tools or on a tool message: it does not support them
         return False
     return "kuberl_probe_tool" in text
@@ -47,12 +55,11 @@ class ChatRenderer:
 
     def __init__(self, tokenizer: Any, tools: list[dict[str, Any]]):
         self.tokenizer, self.tools = tokenizer, tools or None
-        self._base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
-                      {"role": "assistant", "content": _SENTINEL}]
+        self._base = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}, {"role": "assistant", "content": _SENTINEL}]
         closed = self.render(self._base, generation_prompt=False)
         if _SENTINEL not in closed:
             raise TemplateError("the chat template does not render an assistant message's content")
-        self._after_assistant = closed[closed.rindex(_SENTINEL) + len(_SENTINEL):]
+        self._after_assistant = closed[closed.rindex(_SENTINEL) + len(_SENTINEL) :]
         self._closed = closed
         self.continuation_ids([{"role": "tool", "name": "t", "content": "r"}], None)  # refuses a template it cannot follow, now
 
@@ -75,10 +82,12 @@ class ChatRenderer:
         end of an assistant message, `messages` (tool results, ...) and the next generation prompt."""
         extended = self.render(self._base + list(messages), generation_prompt=True)
         if not extended.startswith(self._closed):
-            raise TemplateError("the chat template renders earlier messages differently once more follow; "
-                                "multi-turn rollouts need a template that only appends")
+            raise TemplateError(
+                "the chat template renders earlier messages differently once more follow; "
+                "multi-turn rollouts need a template that only appends"
+            )
         end = self._after_assistant
         if stop_token is not None:
             stop_text = self.tokenizer.decode([stop_token], skip_special_tokens=False)
-            end = end[len(stop_text):] if end.startswith(stop_text) else end
-        return self.encode(end + extended[len(self._closed):])
+            end = end[len(stop_text) :] if end.startswith(stop_text) else end
+        return self.encode(end + extended[len(self._closed) :])

@@ -72,6 +72,7 @@ def register_environment(name: str, *, summary: str) -> Callable[[EnvironmentFac
     def register(factory: EnvironmentFactory) -> EnvironmentFactory:
         ENVIRONMENTS[name] = EnvironmentEntry(name, factory, summary)
         return factory
+
     return register
 
 

@@ -29,9 +29,10 @@ class FunctionTool(Tool):
         self.source = self.path.read_text(encoding="utf-8", errors="replace")
         described: dict[str, Any] = {}
         if spec.description is None or spec.parameters is None:
-            outcome = run_in_sandbox({"mode": "describe", "path": str(self.path), "source": self.source,
-                                      "function": self.function},
-                                     Limits(max(spec.timeout_seconds, 30.0), spec.memory_mb, spec.max_output_bytes))
+            outcome = run_in_sandbox(
+                {"mode": "describe", "path": str(self.path), "source": self.source, "function": self.function},
+                Limits(max(spec.timeout_seconds, 30.0), spec.memory_mb, spec.max_output_bytes),
+            )
             if "schema" not in outcome.reply:
                 why = outcome.reply.get("error") or outcome.death() or "no schema"
                 raise ToolError(f"{field}: reading {self.function} of {self.path} failed: {why}")
@@ -40,8 +41,10 @@ class FunctionTool(Tool):
         self.parameters = spec.parameters or described["parameters"]
 
     def call(self, arguments: dict[str, Any]) -> ToolResult:
-        outcome = run_in_sandbox({"mode": "function", "path": str(self.path), "source": self.source,
-                                  "function": self.function, "arguments": arguments}, self.limits)
+        outcome = run_in_sandbox(
+            {"mode": "function", "path": str(self.path), "source": self.source, "function": self.function, "arguments": arguments},
+            self.limits,
+        )
         failure = sandbox_failure(outcome, self.limits)
         if failure is not None:
             return failure

@@ -29,27 +29,34 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 ALLOWED_NETWORKS_ENV = TOOL_NETWORKS_ENV
 
-METADATA_ADDRESSES: frozenset[Address] = frozenset(ipaddress.ip_address(a) for a in (
-    "169.254.169.254",  # AWS, GCP, Azure, OpenStack, ...
-    "fd00:ec2::254",    # AWS over IPv6
-    "100.100.100.200",  # Alibaba Cloud
-))
-_REFUSED_NETWORKS: tuple[tuple[Network, str], ...] = tuple((ipaddress.ip_network(n), why) for n, why in (
-    ("127.0.0.0/8", "a loopback address"),
-    ("::1/128", "a loopback address"),
-    ("169.254.0.0/16", "a link-local address"),
-    ("fe80::/10", "a link-local address"),
-    ("0.0.0.0/8", "an unspecified address"),
-    ("::/128", "an unspecified address"),
-))
+METADATA_ADDRESSES: frozenset[Address] = frozenset(
+    ipaddress.ip_address(a)
+    for a in (
+        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, ...
+        "fd00:ec2::254",  # AWS over IPv6
+        "100.100.100.200",  # Alibaba Cloud
+    )
+)
+_REFUSED_NETWORKS: tuple[tuple[Network, str], ...] = tuple(
+    (ipaddress.ip_network(n), why)
+    for n, why in (
+        ("127.0.0.0/8", "a loopback address"),
+        ("::1/128", "a loopback address"),
+        ("169.254.0.0/16", "a link-local address"),
+        ("fe80::/10", "a link-local address"),
+        ("0.0.0.0/8", "an unspecified address"),
+        ("::/128", "an unspecified address"),
+    )
+)
 
 
 class NetworkSettingError(ValueError):
     """KUBERL_TOOL_ALLOWED_NETWORKS holds something that is not a CIDR."""
 
 
-def address_refusal(address: Address, allowed: Sequence[Network] = (), cluster_api: Iterable[Address] = (),
-                    node: Iterable[Address] = ()) -> str | None:
+def address_refusal(
+    address: Address, allowed: Sequence[Network] = (), cluster_api: Iterable[Address] = (), node: Iterable[Address] = ()
+) -> str | None:
     """Why a tool may not connect to `address` (None: it may). `allowed` re-allows what it contains."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped  # ::ffff:127.0.0.1 reaches 127.0.0.1
@@ -74,8 +81,9 @@ def parse_allowed_networks(text: str) -> tuple[Network, ...]:
         try:
             networks.append(ipaddress.ip_network(item, strict=False))
         except ValueError:
-            raise NetworkSettingError(f"{ALLOWED_NETWORKS_ENV}: {item!r} is not a network: write CIDRs such as "
-                                      "127.0.0.0/8 or 10.1.2.3/32, separated by commas") from None
+            raise NetworkSettingError(
+                f"{ALLOWED_NETWORKS_ENV}: {item!r} is not a network: write CIDRs such as 127.0.0.0/8 or 10.1.2.3/32, separated by commas"
+            ) from None
     return tuple(networks)
 
 
@@ -99,8 +107,11 @@ def policy_from_environment() -> NetworkPolicy:
             node.add(ipaddress.ip_address(item))
         except ValueError:
             pass  # not an address: nothing to refuse by it
-    return NetworkPolicy(parse_allowed_networks(os.environ.get(ALLOWED_NETWORKS_ENV, "")),
-                         _cluster_api_addresses(os.environ.get("KUBERNETES_SERVICE_HOST", "")), frozenset(node))
+    return NetworkPolicy(
+        parse_allowed_networks(os.environ.get(ALLOWED_NETWORKS_ENV, "")),
+        _cluster_api_addresses(os.environ.get("KUBERNETES_SERVICE_HOST", "")),
+        frozenset(node),
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -120,8 +131,7 @@ def _cluster_api_addresses(service_host: str) -> frozenset[Address]:
 
 
 def _resolve(host: str, port: int) -> list[Address]:
-    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-            for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
 def _literal(host: str, port: int) -> list[tuple]:
@@ -164,8 +174,10 @@ def checked_connection(policy: NetworkPolicy):
                 last_error = exc
         if last_error is not None:
             raise last_error
-        raise RefusedAddress(f"{host} resolves to {', '.join(refusals)}, which tools may not call; "
-                             f"an administrator can allow it with the chart's tools.allowedNetworks "
-                             f"({ALLOWED_NETWORKS_ENV} under `kuberl run`)")
+        raise RefusedAddress(
+            f"{host} resolves to {', '.join(refusals)}, which tools may not call; "
+            f"an administrator can allow it with the chart's tools.allowedNetworks "
+            f"({ALLOWED_NETWORKS_ENV} under `kuberl run`)"
+        )
 
     return connect

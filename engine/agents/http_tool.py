@@ -87,8 +87,10 @@ class HttpTool(Tool):
                 raise _Failure(f"{self.url} answered HTTP {reply.status} without a Location")
             target = urllib.parse.urlsplit(urllib.parse.urljoin(urllib.parse.urlunsplit(url), location))
             if _origin(target) != _origin(url):
-                raise _Failure(f"{self.url} redirected to another origin ({target.scheme}://{target.netloc}); "
-                               "tools follow redirects on their own origin only: give the tool's final URL")
+                raise _Failure(
+                    f"{self.url} redirected to another origin ({target.scheme}://{target.netloc}); "
+                    "tools follow redirects on their own origin only: give the tool's final URL"
+                )
             # As browsers and urllib do: 301/302/303 turn a POST into a GET, 307/308 keep it.
             url, method = target, ("POST" if reply.status in (307, 308) else "GET") if method == "POST" else method
         raise _Failure(f"{self.url} redirected more than {MAX_REDIRECTS} times")

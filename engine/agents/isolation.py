@@ -44,23 +44,31 @@ def decide(problem: str | None, allow_unisolated: bool) -> Choice:
     if problem is None:
         return Choice(ISOLATED, "tool calls run under bubblewrap (a kernel boundary)")
     if allow_unisolated:
-        return Choice(UNISOLATED, f"tool calls run UNISOLATED, in plain child processes (allowUnisolatedTools is set; "
-                                  f"bubblewrap does not work here: {problem})")
-    return Choice(None, "rollout.multiTurn.tools: the python and function tools run the model's and your code behind a "
-                        f"kernel boundary (bubblewrap), which does not work here: {problem}. Run the job where user "
-                        "namespaces are allowed (docs/agents.md: a RuntimeClass such as gVisor, or a pod that allows "
-                        "user namespaces), or set rollout.multiTurn.allowUnisolatedTools: true to run them in plain "
-                        "child processes that can read what the trainer can (only for code you trust)")
+        return Choice(
+            UNISOLATED,
+            f"tool calls run UNISOLATED, in plain child processes (allowUnisolatedTools is set; bubblewrap does not work here: {problem})",
+        )
+    return Choice(
+        None,
+        "rollout.multiTurn.tools: the python and function tools run the model's and your code behind a "
+        f"kernel boundary (bubblewrap), which does not work here: {problem}. Run the job where user "
+        "namespaces are allowed (docs/agents.md: a RuntimeClass such as gVisor, or a pod that allows "
+        "user namespaces), or set rollout.multiTurn.allowUnisolatedTools: true to run them in plain "
+        "child processes that can read what the trainer can (only for code you trust)",
+    )
 
 
 def decide_remote(url: str, problem: str | None) -> Choice:
     """The job's sandbox pods at `url`, given why they do not answer (None: they do)."""
     if problem is None:
         return Choice(REMOTE, f"tool calls run in the job's sandbox pods ({url})")
-    return Choice(None, f"rollout.multiTurn.tools: the python and function tools run in the job's sandbox pods "
-                        f"({url}), which did not answer: {problem}. See them with kubectl get pods -l "
-                        "kuberl.dev/sandbox=<job> and kubectl describe (a RuntimeClass that does not exist, too little "
-                        "CPU or memory for them, an image that cannot be pulled)")
+    return Choice(
+        None,
+        f"rollout.multiTurn.tools: the python and function tools run in the job's sandbox pods "
+        f"({url}), which did not answer: {problem}. See them with kubectl get pods -l "
+        "kuberl.dev/sandbox=<job> and kubectl describe (a RuntimeClass that does not exist, too little "
+        "CPU or memory for them, an image that cannot be pulled)",
+    )
 
 
 _lock = threading.Lock()

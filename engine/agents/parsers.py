@@ -53,6 +53,7 @@ def register_parser(name: str, *, template: str, summary: str) -> Callable[[Pars
     def register(fn: ParseFn) -> ParseFn:
         PARSERS[name] = ParserEntry(name, fn, template, summary)
         return fn
+
     return register
 
 
@@ -71,7 +72,7 @@ HERMES_TEMPLATE = (
     "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
     "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
     "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\\n"
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}\\n'
     "</tool_call><|im_end|>\\n' }}"
     "{%- elif messages[0]['role'] == 'system' %}"
     "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
@@ -104,8 +105,11 @@ def _call(body: str) -> ToolCall:
     return ToolCall(value["name"], arguments)
 
 
-@register_parser("hermes", template=HERMES_TEMPLATE,
-                 summary='Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number per turn')
+@register_parser(
+    "hermes",
+    template=HERMES_TEMPLATE,
+    summary='Hermes / Qwen: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number per turn',
+)
 def parse_hermes(text: str) -> ParsedTurn:
     calls, errors = [], []
     for body in _HERMES_CALL.findall(text):

@@ -25,8 +25,9 @@ class PythonTool(Tool):
     def __init__(self, spec: ToolSpec):
         self.name, self.timeout = spec.name, spec.timeout_seconds
         self.limits = Limits(spec.timeout_seconds, spec.memory_mb, spec.max_output_bytes)
-        self.description = spec.description or ("Runs a Python snippet in a sandbox (no network, no files outside its "
-                                                "own folder) and returns what it prints; print the result.")
+        self.description = spec.description or (
+            "Runs a Python snippet in a sandbox (no network, no files outside its own folder) and returns what it prints; print the result."
+        )
         self.parameters = spec.parameters or {
             "type": "object",
             "properties": {"code": {"type": "string", "description": "Python code; print() what you want back"}},

@@ -91,6 +91,7 @@ class Outcome:
 class Launch:
     """How a backend starts one call's child: its command, descriptors it passes on, a hook run once it
     started (closing what only the command needed) and one run once it ended."""
+
     argv: list[str]
     cwd: str
     env: dict[str, str]
@@ -111,6 +112,7 @@ class SandboxBackend(ABC):
     name: str
     isolated: bool
     """Whether a kernel boundary (not only the audit hook) stands between the tool and the trainer."""
+
     @property
     @abstractmethod
     def description(self) -> str:
@@ -141,6 +143,7 @@ def register_sandbox_backend(name: str) -> Callable[[Callable[[], SandboxBackend
     def register(factory: Callable[[], SandboxBackend]) -> Callable[[], SandboxBackend]:
         SANDBOX_BACKENDS[name] = factory
         return factory
+
     return register
 
 
@@ -154,12 +157,21 @@ def run_child(backend: SandboxBackend, request: dict[str, Any], limits: Limits) 
     """Run one request (sandbox_child.py's modes) in a fresh child of `backend`'s making."""
     private = tempfile.mkdtemp(prefix="kuberl-tool-io-")  # the parent's files: the child holds only descriptors
     scratch = tempfile.mkdtemp(prefix="kuberl-tool-")
-    request = {**request, "memory_mb": limits.memory_mb, "cpu_seconds": math.ceil(limits.timeout) + 1,
-               "file_bytes": limits.file_bytes, "max_output_bytes": limits.max_output_bytes, "processes": limits.processes}
+    request = {
+        **request,
+        "memory_mb": limits.memory_mb,
+        "cpu_seconds": math.ceil(limits.timeout) + 1,
+        "file_bytes": limits.file_bytes,
+        "max_output_bytes": limits.max_output_bytes,
+        "processes": limits.processes,
+    }
     start = time.monotonic()
     try:
-        with open(os.path.join(private, "out"), "w+b") as out, open(os.path.join(private, "reply"), "w+b") as reply_file, \
-                open(os.path.join(private, "request"), "w+b") as request_file:
+        with (
+            open(os.path.join(private, "out"), "w+b") as out,
+            open(os.path.join(private, "reply"), "w+b") as reply_file,
+            open(os.path.join(private, "request"), "w+b") as request_file,
+        ):
             launch = backend.launch(request, limits, scratch)
             request = {**request, "scratch": launch.scratch, "isolation": backend.name, "reply_fd": reply_file.fileno()}
             request_file.write(json.dumps(request).encode())  # a file, not a pipe: nothing blocks on a child that does not read
@@ -167,9 +179,16 @@ def run_child(backend: SandboxBackend, request: dict[str, Any], limits: Limits) 
             try:
                 try:
                     proc = subprocess.Popen(
-                        launch.argv, stdin=request_file, stdout=out, stderr=subprocess.STDOUT, cwd=launch.cwd,
-                        env=launch.env, start_new_session=True, close_fds=True,
-                        pass_fds=(reply_file.fileno(), *launch.pass_fds))
+                        launch.argv,
+                        stdin=request_file,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        cwd=launch.cwd,
+                        env=launch.env,
+                        start_new_session=True,
+                        close_fds=True,
+                        pass_fds=(reply_file.fileno(), *launch.pass_fds),
+                    )
                 except BaseException:
                     if launch.status_fd is not None:
                         os.close(launch.status_fd)
@@ -187,8 +206,14 @@ def run_child(backend: SandboxBackend, request: dict[str, Any], limits: Limits) 
             reply = json.loads(raw.decode("utf-8", "replace")) if raw else {}
         except json.JSONDecodeError:
             reply = {}
-        return Outcome(reply if isinstance(reply, dict) else {}, output, printed, proc.returncode if code is None else code,
-                       not ended, time.monotonic() - start)
+        return Outcome(
+            reply if isinstance(reply, dict) else {},
+            output,
+            printed,
+            proc.returncode if code is None else code,
+            not ended,
+            time.monotonic() - start,
+        )
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -37,9 +37,18 @@ GROUP = f"nogroup:x:{SANDBOX_UID}:\n".encode()
 
 
 def environment() -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": SCRATCH, "TMPDIR": SCRATCH, "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": SCRATCH,
+        "TMPDIR": SCRATCH,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
 
 
 def runtime_paths() -> list[str]:
@@ -52,13 +61,26 @@ def runtime_paths() -> list[str]:
     return paths
 
 
-def bwrap_argv(bwrap: str, *, seccomp_fd: int | None, passwd_fd: int, group_fd: int, limits: Limits,
-               root: Path = Path("/")) -> list[str]:
+def bwrap_argv(bwrap: str, *, seccomp_fd: int | None, passwd_fd: int, group_fd: int, limits: Limits, root: Path = Path("/")) -> list[str]:
     """The bwrap command line of one call (before the child's own command). `root` is where the host's
     top-level folders are looked at (a test may point it elsewhere)."""
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox",
-            "--clearenv"]
+    argv = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+    ]
     for key, value in environment().items():
         argv += ["--setenv", key, value]
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -76,10 +98,25 @@ def bwrap_argv(bwrap: str, *, seccomp_fd: int | None, passwd_fd: int, group_fd: 
     argv += ["--size", str(limits.scratch_mb << 20), "--tmpfs", SCRATCH]
     for path in runtime_paths():
         argv += ["--ro-bind", os.path.realpath(path), path]
-    argv += ["--ro-bind", str(CHILD), CHILD_INSIDE,
-             "--proc", "/proc", "--dev", "/dev",
-             "--size", str(1 << 20), "--tmpfs", "/dev/shm",
-             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH]
+    argv += [
+        "--ro-bind",
+        str(CHILD),
+        CHILD_INSIDE,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(1 << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        SCRATCH,
+    ]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     return argv
@@ -159,9 +196,11 @@ class BubblewrapBackend(SandboxBackend):
     @property
     def description(self) -> str:
         seccomp = "a seccomp filter" if self.seccomp else "no seccomp filter (libseccomp2 is not installed)"
-        return ("bubblewrap: new user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, read-only "
-                f"runtime, a private tmpfs scratch; {seccomp}; limits on memory, CPU time, processes, file size "
-                "and open files")
+        return (
+            "bubblewrap: new user, PID, network, IPC, UTS and cgroup namespaces, no capabilities, read-only "
+            f"runtime, a private tmpfs scratch; {seccomp}; limits on memory, CPU time, processes, file size "
+            "and open files"
+        )
 
     def launch(self, request: dict[str, Any], limits: Limits, scratch: str) -> Launch:
         bpf = _filter()
@@ -175,14 +214,24 @@ class BubblewrapBackend(SandboxBackend):
             for fd in fds:
                 os.close(fd)
 
-        argv = bwrap_argv(self.bwrap, seccomp_fd=fds[3] if bpf is not None else None, passwd_fd=fds[0], group_fd=fds[1],
-                          limits=limits) + ["--json-status-fd", str(status_write)]
+        argv = bwrap_argv(self.bwrap, seccomp_fd=fds[3] if bpf is not None else None, passwd_fd=fds[0], group_fd=fds[1], limits=limits) + [
+            "--json-status-fd",
+            str(status_write),
+        ]
         argv += ["--", sys.executable, "-I", "-B", CHILD_INSIDE]
         cgroup = pids_cgroup(limits.processes + 2) if os.geteuid() == 0 else None  # + bwrap and its init
         if cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing runs outside it
             argv = ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, *argv]
-        return Launch(argv, cwd="/", env=environment(), scratch=SCRATCH, pass_fds=tuple(fds), cleanup=close,
-                      finish=(lambda: remove_cgroup(cgroup)) if cgroup is not None else (lambda: None), status_fd=status_read)
+        return Launch(
+            argv,
+            cwd="/",
+            env=environment(),
+            scratch=SCRATCH,
+            pass_fds=tuple(fds),
+            cleanup=close,
+            finish=(lambda: remove_cgroup(cgroup)) if cgroup is not None else (lambda: None),
+            status_fd=status_read,
+        )
 
 
 @register_sandbox_backend("bubblewrap")

@@ -87,11 +87,36 @@ def drop_root(scratch):
 
 def install_audit_hook(scratch):
     scratch = os.path.realpath(scratch)
-    refused_prefixes = ("socket.", "subprocess.", "ctypes.", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-                        "os.system", "os.kill", "os.killpg", "pty.", "sys.addaudithook",
-                        "_posixsubprocess.")
-    path_events = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.symlink",
-                   "os.link", "os.truncate", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile")
+    refused_prefixes = (
+        "socket.",
+        "subprocess.",
+        "ctypes.",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.system",
+        "os.kill",
+        "os.killpg",
+        "pty.",
+        "sys.addaudithook",
+        "_posixsubprocess.",
+    )
+    path_events = (
+        "os.remove",
+        "os.rename",
+        "os.rmdir",
+        "os.mkdir",
+        "os.chmod",
+        "os.chown",
+        "os.symlink",
+        "os.link",
+        "os.truncate",
+        "os.utime",
+        "shutil.rmtree",
+        "shutil.move",
+        "shutil.copyfile",
+    )
 
     def inside(path):
         if isinstance(path, int):
@@ -118,8 +143,20 @@ def install_audit_hook(scratch):
 
 def describe(fn, name):
     """A JSON schema of `fn`'s keyword arguments from its annotations and docstring."""
-    types_ = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
-              "str": "string", "int": "integer", "float": "number", "bool": "boolean", "list": "array", "dict": "object"}
+    types_ = {
+        str: "string",
+        int: "integer",
+        float: "number",
+        bool: "boolean",
+        list: "array",
+        dict: "object",
+        "str": "string",
+        "int": "integer",
+        "float": "number",
+        "bool": "boolean",
+        "list": "array",
+        "dict": "object",
+    }
     properties, required = {}, []
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):

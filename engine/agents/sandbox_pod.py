@@ -25,7 +25,17 @@ from pydantic import ValidationError
 from ..config.multi_turn import SANDBOX_QUEUE_ENV
 
 from .sandbox import Launch, Limits, Outcome, SandboxBackend, register_sandbox_backend
-from .sandbox_protocol import CALL_PATH, MAX_REQUEST_BYTES, READY_PATH, SANDBOX_URL_ENV, CallReply, CallRequest, WireLimits, WireRequest, reply_limit
+from .sandbox_protocol import (
+    CALL_PATH,
+    MAX_REQUEST_BYTES,
+    READY_PATH,
+    SANDBOX_URL_ENV,
+    CallReply,
+    CallRequest,
+    WireLimits,
+    WireRequest,
+    reply_limit,
+)
 
 MARGIN_SECONDS = 30.0
 """Past the call's own timeout: the server's sweep, the transfer, a busy node."""
@@ -58,9 +68,11 @@ class PodBackend(SandboxBackend):
 
     @property
     def description(self) -> str:
-        return (f"the job's sandbox pods ({self.url}): each call in a pod with no ServiceAccount token, no secrets, none of "
-                "the trainer's environment or volumes and no egress; every process of a call killed and its scratch "
-                "emptied after it")
+        return (
+            f"the job's sandbox pods ({self.url}): each call in a pod with no ServiceAccount token, no secrets, none of "
+            "the trainer's environment or volumes and no egress; every process of a call killed and its scratch "
+            "emptied after it"
+        )
 
     def launch(self, request: dict[str, Any], limits: Limits, scratch: str) -> Launch:
         raise NotImplementedError("the pod backend runs calls in sandbox pods, not here")
@@ -93,8 +105,9 @@ class PodBackend(SandboxBackend):
                 except SandboxUnreachable as exc:
                     why = str(exc)
             if time.monotonic() + pause > deadline:
-                return Outcome(error=f"no sandbox pod took the call within {self.queue_seconds:g} s ({why}); "
-                                     f"the job's sandbox pods are at {self.url}")
+                return Outcome(
+                    error=f"no sandbox pod took the call within {self.queue_seconds:g} s ({why}); the job's sandbox pods are at {self.url}"
+                )
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
 
@@ -117,12 +130,16 @@ class PodBackend(SandboxBackend):
                 status, length = response.status, response.getheader("Content-Length")
                 bound = reply_limit(limits)
                 if length is None or not length.isdigit() or int(length) > bound:
-                    return Outcome(error=f"the sandbox pod {address} sent a reply of {length or 'unknown'} bytes "
-                                         f"(at most {bound} are read): refused")
+                    return Outcome(
+                        error=f"the sandbox pod {address} sent a reply of {length or 'unknown'} bytes (at most {bound} are read): refused"
+                    )
                 raw = response.read(int(length))
             except TimeoutError:
-                return Outcome(error=f"the sandbox pod {address} did not answer within the call's {limits.timeout:g} s "
-                                     f"and a {MARGIN_SECONDS:g} s margin", timed_out=True)
+                return Outcome(
+                    error=f"the sandbox pod {address} did not answer within the call's {limits.timeout:g} s "
+                    f"and a {MARGIN_SECONDS:g} s margin",
+                    timed_out=True,
+                )
             except (OSError, http.client.HTTPException) as exc:  # the pod went during the call (its tool was OOM-killed, ...)
                 return Outcome(error=f"the sandbox pod {address} dropped the call: {type(exc).__name__}: {exc}")
         finally:

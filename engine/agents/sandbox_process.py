@@ -17,16 +17,27 @@ from .sandbox import CHILD, Launch, Limits, SandboxBackend, register_sandbox_bac
 
 
 def environment(scratch: str) -> dict[str, str]:
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "PYTHONHASHSEED": "0",
-            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": scratch,
+        "TMPDIR": scratch,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
 
 
 class ProcessBackend(SandboxBackend):
     name = "process"
     isolated = False
-    description = ("an unisolated child process (allowUnisolatedTools): limits on memory, CPU time, file size and open "
-                   "files, and an audit hook only; no kernel boundary between the tools and the trainer")
+    description = (
+        "an unisolated child process (allowUnisolatedTools): limits on memory, CPU time, file size and open "
+        "files, and an audit hook only; no kernel boundary between the tools and the trainer"
+    )
 
     def launch(self, request: dict[str, Any], limits: Limits, scratch: str) -> Launch:
         return Launch([sys.executable, "-I", "-B", str(CHILD)], cwd=scratch, env=environment(scratch), scratch=scratch)

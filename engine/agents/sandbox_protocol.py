@@ -52,13 +52,19 @@ class WireLimits(_Model):
 
     @classmethod
     def of(cls, limits: Limits) -> "WireLimits":
-        return cls(timeout=limits.timeout, memory_mb=limits.memory_mb, max_output_bytes=limits.max_output_bytes,
-                   processes=limits.processes, scratch_mb=limits.scratch_mb)
+        return cls(
+            timeout=limits.timeout,
+            memory_mb=limits.memory_mb,
+            max_output_bytes=limits.max_output_bytes,
+            processes=limits.processes,
+            scratch_mb=limits.scratch_mb,
+        )
 
 
 class WireRequest(_Model):
     """What a call may ask of sandbox_child.py; everything else it is given (its scratch, its reply
     descriptor, the limits) the server sets."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)  # sandbox_child.py's own (snake_case) keys
 
     mode: Literal["python", "function", "describe"]
@@ -100,8 +106,15 @@ class CallReply(_Model):
 
     @classmethod
     def of(cls, outcome: Outcome, backend: str) -> "CallReply":
-        return cls(reply=outcome.reply, output=base64.b64encode(outcome.output).decode(), printed=outcome.printed,
-                   returncode=outcome.returncode, timed_out=outcome.timed_out, seconds=outcome.seconds, backend=backend)
+        return cls(
+            reply=outcome.reply,
+            output=base64.b64encode(outcome.output).decode(),
+            printed=outcome.printed,
+            returncode=outcome.returncode,
+            timed_out=outcome.timed_out,
+            seconds=outcome.seconds,
+            backend=backend,
+        )
 
     def outcome(self, limits: Limits) -> Outcome:
         output = base64.b64decode(self.output.encode(), validate=True)[: limits.max_output_bytes + 1]

@@ -25,14 +25,56 @@ TIOCSTI = 0x5412
 CMP_NE, CMP_EQ, CMP_MASKED_EQ = 1, 4, 7
 
 DENIED = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsmount",
-    "fsconfig", "fspick", "mount_setattr",
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd", "fanotify_init",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "open_by_handle_at", "name_to_handle_at", "syslog", "acct", "quotactl", "iopl", "ioperm", "lookup_dcookie",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "vhangup", "nfsservctl",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
+    "unshare",
+    "setns",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+    "mount_setattr",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "fanotify_init",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "syslog",
+    "acct",
+    "quotactl",
+    "iopl",
+    "ioperm",
+    "lookup_dcookie",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "vhangup",
+    "nfsservctl",
 )
 """Refused with EPERM outright."""
 
@@ -77,8 +119,7 @@ def _library() -> ctypes.CDLL:
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     return lib

@@ -52,14 +52,17 @@ def described(backend: SandboxBackend) -> str:
     boundary between the tools and the trainer); in a sandbox pod the pod is that boundary."""
     if backend.isolated:
         return backend.description
-    return ("a plain child process per call (limits on memory, CPU time, file size and open files, and the audit hook "
-            "unless a call turns it off); this sandbox pod is the boundary: no token, no secrets, none of the trainer's "
-            "environment or volumes, no egress but what the job allows")
+    return (
+        "a plain child process per call (limits on memory, CPU time, file size and open files, and the audit hook "
+        "unless a call turns it off); this sandbox pod is the boundary: no token, no secrets, none of the trainer's "
+        "environment or volumes, no egress but what the job allows"
+    )
 
 
 @dataclass
 class Sandbox:
     """The calls' side of the server: one call at a time, then nothing of it left."""
+
     backend: SandboxBackend
     scratch: Path
     """The calls' scratch root (the pod's emptyDir): every call's folders are made here."""
@@ -147,8 +150,7 @@ def make_server(sandbox: Sandbox, host: str, port: int) -> ThreadingHTTPServer:
     return server
 
 
-def serve(port: int, host: str = "0.0.0.0", scratch: str | None = None, wipe_also: tuple[str, ...] = (),
-          backend: str = "auto") -> int:
+def serve(port: int, host: str = "0.0.0.0", scratch: str | None = None, wipe_also: tuple[str, ...] = (), backend: str = "auto") -> int:
     """The pod's command: probe, clean what an earlier container of this pod left, then serve until SIGTERM."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     guard_server()

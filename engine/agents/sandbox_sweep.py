@@ -45,7 +45,7 @@ def process_table(proc: Path = Path("/proc")) -> dict[int, tuple[int, str]]:
             raw = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = raw[raw.rindex(")") + 2:].split()  # the name, in parentheses, may hold spaces
+        fields = raw[raw.rindex(")") + 2 :].split()  # the name, in parentheses, may hold spaces
         table[int(entry.name)] = (int(fields[1]), fields[0])
     return table
 

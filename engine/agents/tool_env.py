@@ -24,7 +24,7 @@ class ToolEnvironment(Environment):
     def reset(self, example, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The prompt's messages with the few-shot conversation (if any) after its system message."""
         head = messages[:1] if messages and messages[0]["role"] == "system" else []
-        return head + [dict(m) for m in self.few_shot] + messages[len(head):]
+        return head + [dict(m) for m in self.few_shot] + messages[len(head) :]
 
     def _run(self, call: ToolCall) -> tuple[ToolResult, float | None]:
         """The call's result and its wall seconds (None: no tool of that name ran)."""
@@ -51,13 +51,23 @@ class ToolEnvironment(Environment):
             ran = [self._run(call) for call in calls]
         results = [r for r, _ in ran]
         messages: list[dict[str, Any]] = [{"role": "tool", "name": c.name, "content": r.text} for c, r in zip(calls, results)]
-        messages += [{"role": "tool", "name": c.name, "content": ToolResult.failure(
-            f"at most {limit} tool calls run per turn; this one did not").text} for c in extra]
+        messages += [
+            {
+                "role": "tool",
+                "name": c.name,
+                "content": ToolResult.failure(f"at most {limit} tool calls run per turn; this one did not").text,
+            }
+            for c in extra
+        ]
         messages += [{"role": "tool", "name": "error", "content": ToolResult.failure(e).text} for e in parsed.errors]
         errors = sum(r.error for r in results) + len(extra) + len(parsed.errors)
-        return Observation(messages, tool_calls=len(parsed.calls) + len(parsed.errors), tool_errors=errors,
-                           tool_timeouts=sum(r.timed_out for r in results),
-                           tool_seconds=tuple(seconds for _, seconds in ran if seconds is not None))
+        return Observation(
+            messages,
+            tool_calls=len(parsed.calls) + len(parsed.errors),
+            tool_errors=errors,
+            tool_timeouts=sum(r.timed_out for r in results),
+            tool_seconds=tuple(seconds for _, seconds in ran if seconds is not None),
+        )
 
 
 @register_environment("tools", summary="runs the turn's tool calls; a turn without one is the final answer")
@@ -65,7 +75,10 @@ def _tools(setup: EnvironmentSetup, few_shot: list[dict[str, Any]] | None = None
     """few_shot (environmentOptions.fewShot): chat messages put before every prompt's question, e.g.
     worked examples of tool calls and their results (roles system, user, assistant, tool)."""
     for i, message in enumerate(few_shot or []):
-        if not (isinstance(message, dict) and message.get("role") in ("user", "assistant", "tool", "system")
-                and isinstance(message.get("content"), str)):
+        if not (
+            isinstance(message, dict)
+            and message.get("role") in ("user", "assistant", "tool", "system")
+            and isinstance(message.get("content"), str)
+        ):
             raise ValueError(f"fewShot[{i}]: a message is {{role: user|assistant|tool|system, content: <text>}}")
     return ToolEnvironment(setup, few_shot)

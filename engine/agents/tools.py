@@ -37,7 +37,7 @@ class ToolResult:
     @classmethod
     def failure(cls, message: str, timed_out: bool = False) -> "ToolResult":
         if len(message) > ERROR_CHARS:  # its start and its end (a traceback's last line says what failed)
-            message = message[:ERROR_CHARS // 3] + " ... " + message[-(2 * ERROR_CHARS) // 3:]
+            message = message[: ERROR_CHARS // 3] + " ... " + message[-(2 * ERROR_CHARS) // 3 :]
         return cls(f"Error: {message}", error=True, timed_out=timed_out)
 
 
@@ -77,6 +77,7 @@ def _register(registry: Registry[ToolEntry], name: str, summary: str, sandboxed:
     def register(factory: ToolFactory) -> ToolFactory:
         registry[name] = ToolEntry(name, factory, summary, sandboxed)
         return factory
+
     return register
 
 

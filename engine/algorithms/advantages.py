@@ -50,9 +50,12 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: 
 
 
 @register_advantage("gae", needs_critic=True, summary="generalised advantage estimation with a learned critic (PPO)")
-def gae_advantages(inputs: AdvantageInputs, gamma: Annotated[float, _DISCOUNT] = 1.0,
-                   lam: Annotated[float, Bound(ge=0.0, le=1.0, why="lambda mixes one-step TD (0) and Monte Carlo (1)")] = 0.95,
-                   whiten: bool = True) -> Advantages:
+def gae_advantages(
+    inputs: AdvantageInputs,
+    gamma: Annotated[float, _DISCOUNT] = 1.0,
+    lam: Annotated[float, Bound(ge=0.0, le=1.0, why="lambda mixes one-step TD (0) and Monte Carlo (1)")] = 0.95,
+    whiten: bool = True,
+) -> Advantages:
     """GAE (Schulman et al., 2016) over tokens. Whitened over the batch by default, as PPO
     implementations do (verl, OpenRLHF, CleanRL): the scale of the advantages then no longer
     depends on the reward's."""
@@ -113,8 +116,11 @@ def group_baseline(scores: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     return torch.where(count > 1, mean, torch.zeros_like(mean))
 
 
-@register_advantage("reinforce_pp", group_options={"baseline": True},
-                    summary="return-to-go whitened over the batch, after an optional group baseline (REINFORCE++)")
+@register_advantage(
+    "reinforce_pp",
+    group_options={"baseline": True},
+    summary="return-to-go whitened over the batch, after an optional group baseline (REINFORCE++)",
+)
 def reinforce_pp(inputs: AdvantageInputs, baseline: bool | None = None, gamma: Annotated[float, _DISCOUNT] = 1.0) -> Advantages:
     """REINFORCE++ (Hu, 2025): A_t = whiten(sum_{k >= t} gamma^(k-t) r_k) over the batch's tokens, r the
     token rewards (the score on the last token, minus the KL penalty with klInReward). With the

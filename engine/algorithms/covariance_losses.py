@@ -45,10 +45,18 @@ def top_tokens(score: torch.Tensor, eligible: torch.Tensor, k: int) -> torch.Ten
     return picked
 
 
-@register_policy_loss("clip_cov", summary="PPO clip, plus no gradient for the few tokens of largest log-prob/advantage covariance (Clip-Cov)")
-def clip_cov(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, clip_high: Annotated[float | None, _POSITIVE] = None,
-             fraction: Annotated[float, _FRACTION] = 2e-4, cov_low: float = 1.0, cov_high: float = 5.0,
-             aggregation: Aggregation = "token_mean") -> LossResult:
+@register_policy_loss(
+    "clip_cov", summary="PPO clip, plus no gradient for the few tokens of largest log-prob/advantage covariance (Clip-Cov)"
+)
+def clip_cov(
+    inputs: LossInputs,
+    clip_low: Annotated[float, _LOWER] = 0.2,
+    clip_high: Annotated[float | None, _POSITIVE] = None,
+    fraction: Annotated[float, _FRACTION] = 2e-4,
+    cov_low: float = 1.0,
+    cov_high: float = 5.0,
+    aggregation: Aggregation = "token_mean",
+) -> LossResult:
     """Clip-Cov: PPO's clipped loss, except that of the tokens PPO did not clip whose covariance term
     lies strictly between covLow and covHigh, the k of largest term lose their loss (value and
     gradient, as verl's weight of 0 does). A token PPO clipped already has no gradient, so it is
@@ -68,8 +76,9 @@ def clip_cov(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, clip_
 
 
 @register_policy_loss("kl_cov", summary="the unclipped surrogate, plus a KL penalty on the few tokens of largest covariance (KL-Cov)")
-def kl_cov(inputs: LossInputs, fraction: Annotated[float, _FRACTION] = 2e-3, kl_coef: float = 1.0,
-           aggregation: Aggregation = "token_mean") -> LossResult:
+def kl_cov(
+    inputs: LossInputs, fraction: Annotated[float, _FRACTION] = 2e-3, kl_coef: float = 1.0, aggregation: Aggregation = "token_mean"
+) -> LossResult:
     """KL-Cov: no clipping, L_t = -A_t r_t; the k response tokens of largest covariance term get
     klCoef * |log p_t - log p_old,t| added, which holds them near the old policy. (verl's default
     fraction is 2e-4; the paper's runs use 2e-3, the default here.)"""

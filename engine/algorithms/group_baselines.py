@@ -37,7 +37,9 @@ def gpg(inputs: AdvantageInputs) -> Advantages:
     return Advantages(broadcast_to_tokens((inputs.scores - mean) * scale, inputs.mask))
 
 
-@register_advantage("grpo_passk", min_samples=2, summary="only the best sample of a group learns, by its margin over the second best (pass@k)")
+@register_advantage(
+    "grpo_passk", min_samples=2, summary="only the best sample of a group learns, by its margin over the second best (pass@k)"
+)
 def grpo_passk(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advantages:
     """GRPO for pass@k (Thrampoulidis et al., 2025): a group is worth its best sample, so only that
     sample gets an advantage, its score minus the group's second best (over the group's std + 1e-6
@@ -56,8 +58,7 @@ def grpo_passk(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advant
     return Advantages(broadcast_to_tokens(advantages, inputs.mask))
 
 
-def verl_grpo_advantages(scores: torch.Tensor, group: torch.Tensor, normalize_by_std: bool = True,
-                         eps: float = 1e-6) -> torch.Tensor:
+def verl_grpo_advantages(scores: torch.Tensor, group: torch.Tensor, normalize_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """GRPO's per-response advantage as verl computes it, groups of one included: verl takes such a
     group's mean as 0 and its std as 1, so its sample keeps its raw score (over 1 + eps with the std)."""
     _, _, count = _group_stats(scores, group)
@@ -65,7 +66,9 @@ def verl_grpo_advantages(scores: torch.Tensor, group: torch.Tensor, normalize_by
     return torch.where(count == 1, singleton, grpo_advantages(scores, group, normalize_by_std, eps))
 
 
-@register_advantage("gdpo", min_samples=2, summary="GRPO's normalisation of each reward source apart, then their weighted sum, whitened (GDPO)")
+@register_advantage(
+    "gdpo", min_samples=2, summary="GRPO's normalisation of each reward source apart, then their weighted sum, whitened (GDPO)"
+)
 def gdpo(inputs: AdvantageInputs, normalize_by_std: bool = True) -> Advantages:
     """Group reward-Decoupled Normalization Policy Optimization (2026, arXiv 2601.05242): a strong
     reward source would drown a weak one in GRPO's sum, so each source k is normalised within the

@@ -35,15 +35,18 @@ def approx_kl(inputs: LossInputs, clamped: torch.Tensor | None = None) -> torch.
     return masked_mean(-lr, inputs.mask).detach()
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(max(-A r, -A clip(r, 1 - low, 1 + high)), whether the clipped side was taken) per token."""
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
-def dual_clipped(loss: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
-                 dual_clip: float | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def dual_clipped(
+    loss: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, dual_clip: float | None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO's per-token clipped loss with the dual clip c (Ye et al., 2020) where A < 0: at most -c A,
     so a token whose ratio has grown large cannot dominate the update; c None leaves it as it is.
     Returns the loss and, with c set, clip_fraction_lower (the share of `mask`'s tokens it capped)."""
@@ -57,9 +60,16 @@ def dual_clipped(loss: torch.Tensor, advantages: torch.Tensor, mask: torch.Tenso
     return torch.where(negative, torch.minimum(loss, cap), loss), {"clip_fraction_lower": lower}
 
 
-@register_policy_loss("ppo_clip", summary="PPO's clipped surrogate; clipHigh > clipLow is DAPO's clip-higher; dualClip bounds negative advantages")
-def policy_loss(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, clip_high: Annotated[float | None, _POSITIVE] = None,
-                aggregation: Aggregation = "token_mean", dual_clip: Annotated[float | None, _DUAL_CLIP] = None) -> LossResult:
+@register_policy_loss(
+    "ppo_clip", summary="PPO's clipped surrogate; clipHigh > clipLow is DAPO's clip-higher; dualClip bounds negative advantages"
+)
+def policy_loss(
+    inputs: LossInputs,
+    clip_low: Annotated[float, _LOWER] = 0.2,
+    clip_high: Annotated[float | None, _POSITIVE] = None,
+    aggregation: Aggregation = "token_mean",
+    dual_clip: Annotated[float | None, _DUAL_CLIP] = None,
+) -> LossResult:
     """PPO's clipped surrogate (Schulman et al., 2017), -min(r A, clip(r, 1-low, 1+high) A).
 
     dual_clip = c > 1 (Ye et al., 2020): where A < 0 the loss is at most -c A, so a token whose
@@ -73,8 +83,15 @@ def policy_loss(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 0.2, cl
     return inputs.aggregate(loss, aggregation), stats
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
-               clip: float, aggregation: Aggregation = "token_mean", horizon: int | None = None) -> LossResult:
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float,
+    aggregation: Aggregation = "token_mean",
+    horizon: int | None = None,
+) -> LossResult:
     """The critic's loss, 0.5 * (V - R)^2, with PPO's value clipping around the old values (clip > 0),
     as verl's compute_value_loss. Its stat vf_clipfrac is verl's: the share of the tokens where the
     clipped loss was the larger, so the one taken (0 without clipping)."""
@@ -87,8 +104,12 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 
 
 @register_policy_loss("gspo", summary="PPO clipping of the sequence-level (geometric-mean) ratio (GSPO)")
-def gspo(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 3e-4, clip_high: Annotated[float, _POSITIVE] = 4e-4,
-         aggregation: Aggregation = "seq_mean_token_mean") -> LossResult:
+def gspo(
+    inputs: LossInputs,
+    clip_low: Annotated[float, _LOWER] = 3e-4,
+    clip_high: Annotated[float, _POSITIVE] = 4e-4,
+    aggregation: Aggregation = "seq_mean_token_mean",
+) -> LossResult:
     """Group Sequence Policy Optimization (Zheng et al., 2025): every token of a response shares its
     sequence ratio s = exp(mean_t log r_t); per token log s_t = sg(log s) + log p_t - sg(log p_t),
     clamped above at 10 as in verl (past it the token has no gradient), whose value is s and whose
@@ -98,14 +119,20 @@ def gspo(inputs: LossInputs, clip_low: Annotated[float, _LOWER] = 3e-4, clip_hig
     seq_log_ratio = masked_mean(inputs.logprobs - inputs.old_logprobs, inputs.mask, dim=-1)
     log_s = torch.clamp(seq_log_ratio.detach()[:, None] + inputs.logprobs - inputs.logprobs.detach(), max=10.0)
     loss, clipped = clipped_surrogate(torch.exp(log_s), inputs.advantages, clip_low, clip_high)
-    stats = {"clip_fraction": masked_mean(clipped.float(), inputs.mask).detach(),
-             "approx_kl": masked_mean(inputs.old_logprobs - inputs.logprobs, inputs.mask).detach()}
+    stats = {
+        "clip_fraction": masked_mean(clipped.float(), inputs.mask).detach(),
+        "approx_kl": masked_mean(inputs.old_logprobs - inputs.logprobs, inputs.mask).detach(),
+    }
     return inputs.aggregate(loss, aggregation), stats
 
 
 @register_policy_loss("cispo", summary="REINFORCE with the clipped importance weight detached (CISPO)")
-def cispo(inputs: LossInputs, clip_low: Annotated[float | None, _LOWER] = None, clip_high: Annotated[float, _POSITIVE] = 5.0,
-          aggregation: Aggregation = "token_mean") -> LossResult:
+def cispo(
+    inputs: LossInputs,
+    clip_low: Annotated[float | None, _LOWER] = None,
+    clip_high: Annotated[float, _POSITIVE] = 5.0,
+    aggregation: Aggregation = "token_mean",
+) -> LossResult:
     """Clipped IS-weight Policy Optimization (MiniMax-M1, 2025): -sg(clip(r, 1 - clipLow, 1 + clipHigh)) A log p.
     Every token keeps a gradient; only the weight is bounded, not the update's reach. clipLow None
     leaves the weight without a lower bound (the paper's choice); verl takes both bounds from the
@@ -126,8 +153,12 @@ def gpg(inputs: LossInputs, aggregation: Aggregation = "token_mean") -> LossResu
 
 
 @register_policy_loss("sapo", summary="a smooth sigmoid gate of the ratio instead of a hard clip, sharper for negative advantages (SAPO)")
-def sapo(inputs: LossInputs, tau_pos: Annotated[float, _TEMPERATURE] = 1.0, tau_neg: Annotated[float, _TEMPERATURE] = 1.05,
-         aggregation: Aggregation = "seq_mean_token_mean") -> LossResult:
+def sapo(
+    inputs: LossInputs,
+    tau_pos: Annotated[float, _TEMPERATURE] = 1.0,
+    tau_neg: Annotated[float, _TEMPERATURE] = 1.05,
+    aggregation: Aggregation = "seq_mean_token_mean",
+) -> LossResult:
     """Soft Adaptive Policy Optimization (Qwen, 2025, arXiv 2511.20347): -f(r) A with
     f(r) = 4/tau * sigmoid(tau (r - 1)), tau = tauPos where A > 0, else tauNeg. At r = 1 the gate's
     value is 2/tau and its slope 1, so an on-policy token gets the plain policy gradient; away from
@@ -142,8 +173,11 @@ def sapo(inputs: LossInputs, tau_pos: Annotated[float, _TEMPERATURE] = 1.0, tau_
 
 
 @register_policy_loss("dro", summary="the policy gradient with a quadratic penalty on the log-ratio instead of a clip (DRO)")
-def dro(inputs: LossInputs, beta: Annotated[float, Bound(gt=0.0, why="DRO's penalty must hold the policy near the old one")] = 0.1,
-        aggregation: Aggregation = "token_mean") -> LossResult:
+def dro(
+    inputs: LossInputs,
+    beta: Annotated[float, Bound(gt=0.0, why="DRO's penalty must hold the policy near the old one")] = 0.1,
+    aggregation: Aggregation = "token_mean",
+) -> LossResult:
     """Direct Reward Optimisation (Richemond et al., 2024, "Offline Regularised Reinforcement
     Learning for LLM Alignment"), as verl's dro: L_t = -(A_t log p_t - beta/2 (log p_t - log p_old,t)^2).
     The log-ratio is not clamped (a quadratic needs no exp)."""

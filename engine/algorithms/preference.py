@@ -12,8 +12,14 @@ from .registry import LossInputs, LossResult, register_policy_loss
 from .tensors import masked_sum
 
 
-def dpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chosen_logps: torch.Tensor,
-             ref_rejected_logps: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def dpo_loss(
+    chosen_logps: torch.Tensor,
+    rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    beta: float,
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """DPO's sigmoid loss over preference pairs (sequence log-probs [N]); returns (mean loss, stats).
 
     With label smoothing eps (conservative DPO) a label is assumed flipped with probability eps.
@@ -32,8 +38,11 @@ def dpo_loss(chosen_logps: torch.Tensor, rejected_logps: torch.Tensor, ref_chose
 
 
 @register_policy_loss("dpo", pairs=True, summary="DPO's sigmoid loss over (chosen, rejected) pairs against the reference policy")
-def dpo(inputs: LossInputs, beta: Annotated[float, Bound(gt=0.0, why="beta scales the implicit KL constraint")] = 0.1,
-        label_smoothing: Annotated[float, Bound(ge=0.0, lt=0.5, why="at 0.5 every pair is uninformative")] = 0.0) -> LossResult:
+def dpo(
+    inputs: LossInputs,
+    beta: Annotated[float, Bound(gt=0.0, why="beta scales the implicit KL constraint")] = 0.1,
+    label_smoothing: Annotated[float, Bound(ge=0.0, lt=0.5, why="at 0.5 every pair is uninformative")] = 0.0,
+) -> LossResult:
     """Direct Preference Optimization (Rafailov et al., 2023) over the micro-batch's rows, which come
     in pairs: row 2k is a chosen response, row 2k + 1 the rejected one of the same prompt. With
     s(y) = sum_t log pi(y_t) the sequence log-prob,

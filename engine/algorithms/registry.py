@@ -20,8 +20,19 @@ from ..common.registry import Registry
 from ..config.options import Bound
 from .inputs import AdvantageInputs, Advantages, LossInputs
 
-__all__ = ["ADVANTAGES", "POLICY_LOSSES", "AdvantageEstimator", "AdvantageInputs", "Advantages", "LossInputs", "PolicyLoss",
-           "advantage_estimator", "policy_loss_entry", "register_advantage", "register_policy_loss"]
+__all__ = [
+    "ADVANTAGES",
+    "POLICY_LOSSES",
+    "AdvantageEstimator",
+    "AdvantageInputs",
+    "Advantages",
+    "LossInputs",
+    "PolicyLoss",
+    "advantage_estimator",
+    "policy_loss_entry",
+    "register_advantage",
+    "register_policy_loss",
+]
 
 LossResult = tuple[torch.Tensor, dict[str, torch.Tensor]]
 
@@ -102,12 +113,20 @@ def _bounds(fn: Callable[..., Any]) -> dict[str, Bound]:
     return found
 
 
-def register_advantage(name: str, *, summary: str, needs_critic: bool = False, min_samples: int = 1,
-                       needs_greedy: bool = False, needs_pi_squared: bool = False,
-                       group_options: dict[str, Any] | None = None) -> Callable:
+def register_advantage(
+    name: str,
+    *,
+    summary: str,
+    needs_critic: bool = False,
+    min_samples: int = 1,
+    needs_greedy: bool = False,
+    needs_pi_squared: bool = False,
+    group_options: dict[str, Any] | None = None,
+) -> Callable:
     def register(fn: Callable[..., Advantages]) -> Callable[..., Advantages]:
-        ADVANTAGES[name] = AdvantageEstimator(name, fn, summary, needs_critic, min_samples, needs_greedy, needs_pi_squared,
-                                              dict(group_options or {}))
+        ADVANTAGES[name] = AdvantageEstimator(
+            name, fn, summary, needs_critic, min_samples, needs_greedy, needs_pi_squared, dict(group_options or {})
+        )
         return fn
 
     return register

@@ -32,8 +32,20 @@ from .policy_losses import _DUAL_CLIP, _LOWER, _POSITIVE, clipped_surrogate, dua
 from .registry import LossInputs, LossResult, register_policy_loss
 from .tensors import Aggregation, aggregate, masked_mean, masked_sum
 
-RejectionMode = Literal["none", "token_k1", "token_k2", "token_k3", "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-                        "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"]
+RejectionMode = Literal[
+    "none",
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
+]
 
 
 def rollout_is_weights(inputs: LossInputs, level: str, threshold: float) -> torch.Tensor:
@@ -82,8 +94,9 @@ def rejection_mask(lr: torch.Tensor, mask: torch.Tensor, mode: str, threshold: f
         raise ValueError(f"unknown rolloutRs {mode!r}")
     if stat == "k1":
         if threshold <= 1.0:
-            raise ValueError(f"rsThreshold must be above 1 for rolloutRs {mode} (the ratio is kept within "
-                             f"[1/rsThreshold, rsThreshold]), got {threshold}")
+            raise ValueError(
+                f"rsThreshold must be above 1 for rolloutRs {mode} (the ratio is kept within [1/rsThreshold, rsThreshold]), got {threshold}"
+            )
         bound = torch.log(torch.tensor(threshold, dtype=value.dtype))
         keep = (value >= -bound) & (value <= bound)
     else:
@@ -91,8 +104,7 @@ def rejection_mask(lr: torch.Tensor, mask: torch.Tensor, mode: str, threshold: f
     return mask * keep.to(mask.dtype)
 
 
-def aggregate_kept(loss: torch.Tensor, mask: torch.Tensor, kept: torch.Tensor, mode: Aggregation,
-                   horizon: int | None) -> torch.Tensor:
+def aggregate_kept(loss: torch.Tensor, mask: torch.Tensor, kept: torch.Tensor, mode: Aggregation, horizon: int | None) -> torch.Tensor:
     """`aggregate` of the kept tokens' losses with the counts before rejection; seq_mean_token_mean
     averages a response over its kept tokens (verl's agg_loss with the rejection as its mask)."""
     if mode == "seq_mean_token_mean":
@@ -101,16 +113,24 @@ def aggregate_kept(loss: torch.Tensor, mask: torch.Tensor, kept: torch.Tensor, m
     return aggregate(loss * kept, mask, mode, horizon)
 
 
-@register_policy_loss("bypass", corrects_rollout=True,
-                      summary="rollout correction without an old-policy forward: vLLM's log-probs as the old policy's (bypass mode)")
-def bypass(inputs: LossInputs, loss_type: Literal["ppo_clip", "reinforce"] = "ppo_clip",
-           rollout_is: Literal["token", "sequence", "none"] = "token",
-           is_threshold: Annotated[float, Bound(gt=0.0, why="a weight's upper bound")] = 2.0,
-           is_batch_normalize: bool = False,
-           rollout_rs: RejectionMode = "none",
-           rs_threshold: Annotated[float, Bound(gt=0.0, why="the largest divergence kept")] = 2.0,
-           clip_low: Annotated[float, _LOWER] = 0.2, clip_high: Annotated[float | None, _POSITIVE] = None,
-           aggregation: Aggregation = "token_mean", dual_clip: Annotated[float | None, _DUAL_CLIP] = None) -> LossResult:
+@register_policy_loss(
+    "bypass",
+    corrects_rollout=True,
+    summary="rollout correction without an old-policy forward: vLLM's log-probs as the old policy's (bypass mode)",
+)
+def bypass(
+    inputs: LossInputs,
+    loss_type: Literal["ppo_clip", "reinforce"] = "ppo_clip",
+    rollout_is: Literal["token", "sequence", "none"] = "token",
+    is_threshold: Annotated[float, Bound(gt=0.0, why="a weight's upper bound")] = 2.0,
+    is_batch_normalize: bool = False,
+    rollout_rs: RejectionMode = "none",
+    rs_threshold: Annotated[float, Bound(gt=0.0, why="the largest divergence kept")] = 2.0,
+    clip_low: Annotated[float, _LOWER] = 0.2,
+    clip_high: Annotated[float | None, _POSITIVE] = None,
+    aggregation: Aggregation = "token_mean",
+    dual_clip: Annotated[float | None, _DUAL_CLIP] = None,
+) -> LossResult:
     """The bypass mode (module docstring). Needs the rollout's log-probs (on-policy presets); with
     oldLogprobs: recompute the recomputed ones are not used by this loss. dual_clip applies to
     lossType ppo_clip only, as verl's bypass mode applies its vanilla loss's clip_ratio_c there."""
@@ -118,8 +138,10 @@ def bypass(inputs: LossInputs, loss_type: Literal["ppo_clip", "reinforce"] = "pp
         raise ValueError("the bypass loss needs the rollout's log-probs (a job that generates)")
     lr = torch.clamp(inputs.logprobs - inputs.rollout_logprobs, -20.0, 20.0)
     kept = rejection_mask(lr.detach(), inputs.mask, rollout_rs, rs_threshold)
-    stats = {"approx_kl": masked_mean(-lr, inputs.mask).detach(),
-             "rs_kept_fraction": (kept.sum() / inputs.mask.sum().clamp(min=1)).detach()}
+    stats = {
+        "approx_kl": masked_mean(-lr, inputs.mask).detach(),
+        "rs_kept_fraction": (kept.sum() / inputs.mask.sum().clamp(min=1)).detach(),
+    }
     if loss_type == "ppo_clip":
         clip_high = clip_low if clip_high is None else clip_high
         loss, clipped = clipped_surrogate(torch.exp(lr), inputs.advantages, clip_low, clip_high)

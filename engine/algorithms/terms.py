@@ -34,6 +34,7 @@ class Term:
 
 def kl_term(coef: float, estimator: KLEstimator, aggregation: Aggregation) -> Term:
     """coef · KL(pi_theta || pi_ref), estimated per token (tensors.kl_estimate)."""
+
     def per_token(inputs: LossInputs) -> torch.Tensor:
         assert inputs.ref_logprobs is not None, "a KL term needs the reference policy's log-probs"
         return kl_estimate(inputs.logprobs, inputs.ref_logprobs, estimator)
@@ -43,6 +44,7 @@ def kl_term(coef: float, estimator: KLEstimator, aggregation: Aggregation) -> Te
 
 def entropy_term(coef: float, aggregation: Aggregation) -> Term:
     """-coef · H(pi_theta): a bonus for the policy's entropy at the sampled positions."""
+
     def per_token(inputs: LossInputs) -> torch.Tensor:
         assert inputs.entropy is not None, "an entropy term needs the policy's entropy"
         return inputs.entropy

@@ -27,16 +27,18 @@ _EPS = 1e-8
 
 def _path_variance(inputs: AdvantageInputs) -> torch.Tensor:
     """[B, T] W_t, the cumulative per-token weight (0 where masked, and carried across holes)."""
-    assert inputs.old_logprobs is not None and inputs.sum_pi_squared is not None, \
+    assert inputs.old_logprobs is not None and inputs.sum_pi_squared is not None, (
         "the optimal token baseline needs the old log-probs and the sum of squared probabilities"
+    )
     w = 1.0 - 2.0 * torch.exp(inputs.old_logprobs) + inputs.sum_pi_squared
     if inputs.is_weights is not None:
         w = w * inputs.is_weights**2
     return torch.cumsum(w * inputs.mask, dim=-1)
 
 
-def _baselines(returns: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor, group: torch.Tensor,
-               handle_zero_tail: bool) -> torch.Tensor:
+def _baselines(
+    returns: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor, group: torch.Tensor, handle_zero_tail: bool
+) -> torch.Tensor:
     """[B, T] B_t per group over aligned positions (column t is every trajectory's t-th token)."""
     baselines = torch.zeros_like(returns)
     for g in group.unique():
@@ -57,8 +59,12 @@ def _baselines(returns: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor,
     return baselines
 
 
-@register_advantage("optimal_token_baseline", min_samples=2, needs_pi_squared=True,
-                    summary="return-to-go minus a per-position baseline weighted by accumulated gradient variance (OTB)")
+@register_advantage(
+    "optimal_token_baseline",
+    min_samples=2,
+    needs_pi_squared=True,
+    summary="return-to-go minus a per-position baseline weighted by accumulated gradient variance (OTB)",
+)
 def optimal_token_baseline(inputs: AdvantageInputs, handle_zero_tail: bool = False) -> Advantages:
     """OTB over the responses' token positions (module docstring)."""
     returns = returns_to_go(token_rewards(inputs, inputs.scores), inputs.mask)
@@ -72,12 +78,16 @@ def _compact(x: torch.Tensor, mask: torch.Tensor, width: int) -> torch.Tensor:
     out = x.new_zeros(x.shape[0], width)
     for i in range(x.shape[0]):
         kept = x[i][mask[i] > 0]
-        out[i, :len(kept)] = kept
+        out[i, : len(kept)] = kept
     return out
 
 
-@register_advantage("tir_optimal_token_baseline", min_samples=2, needs_pi_squared=True,
-                    summary="OTB aligned by each response's own tokens, skipping tool outputs (multi-turn, TIR)")
+@register_advantage(
+    "tir_optimal_token_baseline",
+    min_samples=2,
+    needs_pi_squared=True,
+    summary="OTB aligned by each response's own tokens, skipping tool outputs (multi-turn, TIR)",
+)
 def tir_optimal_token_baseline(inputs: AdvantageInputs, handle_zero_tail: bool = True) -> Advantages:
     """OTB for tool-integrated reasoning: a multi-turn response's mask has holes (tool outputs), so
     the group's trajectories are compared at their k-th own token, not at the k-th position. Empty
@@ -94,5 +104,5 @@ def tir_optimal_token_baseline(inputs: AdvantageInputs, handle_zero_tail: bool =
     advantages = torch.zeros_like(returns)
     for i in range(len(lengths)):
         if lengths[i] > 0:
-            advantages[i, mask[i] > 0] = aligned_returns[i, :lengths[i]] - baselines[i, :lengths[i]]
+            advantages[i, mask[i] > 0] = aligned_returns[i, : lengths[i]] - baselines[i, : lengths[i]]
     return Advantages(advantages * mask, returns)

@@ -37,9 +37,11 @@ def gmpo(inputs: LossInputs, clip_low: Annotated[float, _POSITIVE] = 0.4, clip_h
     if inputs.is_weights is not None:
         loss = loss * torch.exp(masked_sum(torch.log(inputs.is_weights + 1e-10), mask, dim=-1) / lengths)
     changed = (lr != clipped).float()
-    return loss.mean(), {"approx_kl": masked_mean(-lr, mask).detach(),
-                         "clip_fraction": masked_mean(changed * (inputs.advantages > 0), mask).detach(),
-                         "clip_fraction_lower": masked_mean(changed * (inputs.advantages < 0), mask).detach()}
+    return loss.mean(), {
+        "approx_kl": masked_mean(-lr, mask).detach(),
+        "clip_fraction": masked_mean(changed * (inputs.advantages > 0), mask).detach(),
+        "clip_fraction_lower": masked_mean(changed * (inputs.advantages < 0), mask).detach(),
+    }
 
 
 def _dppo(inputs: LossInputs, valid: torch.Tensor, truncation: float, aggregation: Aggregation) -> LossResult:
@@ -56,9 +58,16 @@ def _dppo(inputs: LossInputs, valid: torch.Tensor, truncation: float, aggregatio
     }
 
 
-@register_policy_loss("dppo_tv", summary="the policy gradient on tokens whose probability moved less than a total-variation bound (DPPO-TV)")
-def dppo_tv(inputs: LossInputs, clip_low: Annotated[float, _DIVERGENCE] = 0.2, clip_high: Annotated[float | None, _DIVERGENCE] = None,
-            truncation: Annotated[float, _TRUNCATION] = 20.0, aggregation: Aggregation = "token_mean") -> LossResult:
+@register_policy_loss(
+    "dppo_tv", summary="the policy gradient on tokens whose probability moved less than a total-variation bound (DPPO-TV)"
+)
+def dppo_tv(
+    inputs: LossInputs,
+    clip_low: Annotated[float, _DIVERGENCE] = 0.2,
+    clip_high: Annotated[float | None, _DIVERGENCE] = None,
+    truncation: Annotated[float, _TRUNCATION] = 20.0,
+    aggregation: Aggregation = "token_mean",
+) -> LossResult:
     """DPPO with the binary total variation (2026, arXiv 2602.04879), verl's dppo_tv: instead of
     clipping the ratio, a token is dropped from the update once its probability has moved too far
     in the direction its advantage pushes it: kept where A > 0 and p - p_old <= clipHigh, or A <= 0
@@ -72,8 +81,13 @@ def dppo_tv(inputs: LossInputs, clip_low: Annotated[float, _DIVERGENCE] = 0.2, c
 
 
 @register_policy_loss("dppo_kl", summary="the policy gradient on tokens whose binary KL to the old policy is within a bound (DPPO-KL)")
-def dppo_kl(inputs: LossInputs, clip_low: Annotated[float, _DIVERGENCE] = 0.2, clip_high: Annotated[float | None, _DIVERGENCE] = None,
-            truncation: Annotated[float, _TRUNCATION] = 20.0, aggregation: Aggregation = "token_mean") -> LossResult:
+def dppo_kl(
+    inputs: LossInputs,
+    clip_low: Annotated[float, _DIVERGENCE] = 0.2,
+    clip_high: Annotated[float | None, _DIVERGENCE] = None,
+    truncation: Annotated[float, _TRUNCATION] = 20.0,
+    aggregation: Aggregation = "token_mean",
+) -> LossResult:
     """DPPO with the binary KL (same paper), verl's dppo_kl: with p, p_old the token's new and old
     probabilities, D = p_old log(p_old / p) + (1 - p_old) log((1 - p_old + 1e-8) / (1 - p + 1e-8)),
     the KL between the two Bernoulli distributions "this token or another". A token is kept where

@@ -38,8 +38,22 @@ def _causal_mask(sq: int) -> torch.Tensor:
     return torch.triu(torch.ones(sq, sq, dtype=torch.bool), diagonal=1)
 
 
-_FACTORIES = ("zeros", "ones", "empty", "full", "tensor", "arange", "rand", "randn", "randint",
-              "zeros_like", "ones_like", "empty_like", "full_like", "as_tensor")
+_FACTORIES = (
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "tensor",
+    "arange",
+    "rand",
+    "randn",
+    "randint",
+    "zeros_like",
+    "ones_like",
+    "empty_like",
+    "full_like",
+    "as_tensor",
+)
 
 
 def _on_cpu(device: object) -> object:
@@ -93,11 +107,13 @@ _MODULES_WITH_CUDA_TENSORS = (
 
 
 # megatron's optimizers accept a parameter only if param.type() names a CUDA tensor type.
-_TYPE_CHECKING_MODULES = frozenset({
-    "megatron.core.optimizer.optimizer",
-    "megatron.core.optimizer.distrib_optimizer",
-    "megatron.core.optimizer.clip_grads",
-})
+_TYPE_CHECKING_MODULES = frozenset(
+    {
+        "megatron.core.optimizer.optimizer",
+        "megatron.core.optimizer.distrib_optimizer",
+        "megatron.core.optimizer.clip_grads",
+    }
+)
 
 
 def _cuda_type_names_for_megatron(original):
@@ -107,7 +123,7 @@ def _cuda_type_names_for_megatron(original):
             return result  # a conversion, not a question
         caller = sys._getframe(1).f_globals.get("__name__", "")
         if caller in _TYPE_CHECKING_MODULES and result.startswith("torch.") and not result.startswith("torch.cuda."):
-            return "torch.cuda." + result[len("torch."):]
+            return "torch.cuda." + result[len("torch.") :]
         return result
 
     return type_

@@ -51,33 +51,67 @@ def bgmv_expand(inputs, lora_b_weights, output_tensor, lora_indices_tensor, add_
         output_tensor[:, :common] = outputs[:limit, :common]
 
 
-def bgmv_expand_slice(inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int, slice_size: int,
-                      add_inputs: bool = True):
+def bgmv_expand_slice(
+    inputs, lora_b_weights, output_tensor, lora_indices_tensor, slice_offset: int, slice_size: int, add_inputs: bool = True
+):
     outputs = _products(inputs, lora_b_weights, lora_indices_tensor, output_tensor.dtype)
     if add_inputs:
-        output_tensor[:, slice_offset: slice_offset + slice_size] += outputs
+        output_tensor[:, slice_offset : slice_offset + slice_size] += outputs
     else:
-        output_tensor[:, slice_offset: slice_offset + slice_size] = outputs
+        output_tensor[:, slice_offset : slice_offset + slice_size] = outputs
 
 
 def _per_token(lora_indices_tensor: torch.Tensor, seq_len_tensor: torch.Tensor) -> torch.Tensor:
     return torch.repeat_interleave(lora_indices_tensor, seq_len_tensor)
 
 
-def sgmv_shrink(inputs, lora_a_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor, batches,
-                max_seq_length, token_nums, scaling):
+def sgmv_shrink(
+    inputs,
+    lora_a_weights,
+    output_tensor,
+    b_seq_start_loc,
+    seq_len_tensor,
+    lora_indices_tensor,
+    batches,
+    max_seq_length,
+    token_nums,
+    scaling,
+):
     bgmv_shrink(inputs, lora_a_weights, output_tensor, _per_token(lora_indices_tensor, seq_len_tensor), scaling)
 
 
-def sgmv_expand(inputs, lora_b_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor, batches,
-                max_seq_length, token_nums, add_inputs: bool = False):
+def sgmv_expand(
+    inputs,
+    lora_b_weights,
+    output_tensor,
+    b_seq_start_loc,
+    seq_len_tensor,
+    lora_indices_tensor,
+    batches,
+    max_seq_length,
+    token_nums,
+    add_inputs: bool = False,
+):
     bgmv_expand(inputs, lora_b_weights, output_tensor, _per_token(lora_indices_tensor, seq_len_tensor), add_inputs)
 
 
-def sgmv_expand_slice(inputs, lora_b_weights, output_tensor, b_seq_start_loc, seq_len_tensor, lora_indices_tensor,
-                      batches, max_seq_length, token_nums, slice_offset, slice_size, add_inputs: bool = False):
-    bgmv_expand_slice(inputs, lora_b_weights, output_tensor, _per_token(lora_indices_tensor, seq_len_tensor),
-                      slice_offset, slice_size, add_inputs)
+def sgmv_expand_slice(
+    inputs,
+    lora_b_weights,
+    output_tensor,
+    b_seq_start_loc,
+    seq_len_tensor,
+    lora_indices_tensor,
+    batches,
+    max_seq_length,
+    token_nums,
+    slice_offset,
+    slice_size,
+    add_inputs: bool = False,
+):
+    bgmv_expand_slice(
+        inputs, lora_b_weights, output_tensor, _per_token(lora_indices_tensor, seq_len_tensor), slice_offset, slice_size, add_inputs
+    )
 
 
 def apply() -> bool:

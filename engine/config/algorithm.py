@@ -24,8 +24,22 @@ from .algorithm_rules import (
 from .base import LocalPath, Rule, SpecModel, pattern
 from .options import option_manifest_name, option_python_name
 
-__all__ = ["AdvantageChoice", "AlgorithmName", "AsyncSpec", "AlgorithmSpec", "PRESET_ADVANTAGE", "PRESET_STEP", "PluginFile", "PolicyLossChoice",
-           "StepChoice", "TISSpec", "group_baseline_cel", "needs_critic_cel", "option_manifest_name", "option_python_name"]
+__all__ = [
+    "AdvantageChoice",
+    "AlgorithmName",
+    "AsyncSpec",
+    "AlgorithmSpec",
+    "PRESET_ADVANTAGE",
+    "PRESET_STEP",
+    "PluginFile",
+    "PolicyLossChoice",
+    "StepChoice",
+    "TISSpec",
+    "group_baseline_cel",
+    "needs_critic_cel",
+    "option_manifest_name",
+    "option_python_name",
+]
 
 AlgorithmName = catalog.AlgorithmName
 """The built-in presets (a plug-in may register more)."""
@@ -69,8 +83,7 @@ class PluginFile(SpecModel):
     """The .py file; every rank of the job imports it before any model loads."""
 
     RULES = (
-        Rule(message="path must name a .py file", check=lambda s: s.path.endswith(".py"),
-             cel="self.path.endsWith('.py')", field="path"),
+        Rule(message="path must name a .py file", check=lambda s: s.path.endswith(".py"), cel="self.path.endsWith('.py')", field="path"),
     )
 
 
@@ -136,7 +149,9 @@ class AlgorithmSpec(catalog.PresetBlocks):
     entropy_coef: float = Field(default=0.0, ge=0.0, le=10.0)
     """Weight of the entropy bonus, 0..10 (a negative weight would punish exploration; past 10 the
     bonus drowns the reward)."""
-    loss_aggregation: Literal["token_mean", "token_sum", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = "token_mean"
+    loss_aggregation: Literal["token_mean", "token_sum", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"] = (
+        "token_mean"
+    )
     """How per-token losses become one number."""
     loss_scale_factor: int | None = Field(default=None, ge=1, le=1_000_000)
     """The constant that seq_mean_token_sum_norm divides each response's token sum by (default:

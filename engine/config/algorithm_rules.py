@@ -69,8 +69,10 @@ def group_option_cel(algorithm: str) -> str:
             field = option_manifest_name(option)
             literal = str(value).lower() if isinstance(value, bool) else repr(value)
             if any(info.alias == field or option_manifest_name(f) == field for f, info in preset.block.model_fields.items()):
-                clauses.append(f"({algorithm}.name == '{name}' && !has({algorithm}.advantage) && has({block}) && has({block}.{field})"
-                               f" && {block}.{field} == {literal})")
+                clauses.append(
+                    f"({algorithm}.name == '{name}' && !has({algorithm}.advantage) && has({block}) && has({block}.{field})"
+                    f" && {block}.{field} == {literal})"
+                )
     return "(" + (" || ".join(clauses) or "false") + ")"
 
 
@@ -79,8 +81,9 @@ def option_rule(entries: dict[str, Any]) -> Rule:
         entry = entries.get(s.name)
         return option_problems(s.options, entry.options, s.name, entry.bounds) if entry is not None else []
 
-    return Rule(message="unknown or mistyped option", check=lambda s: not problems(s), field="options",
-                detail=lambda s: "; ".join(problems(s)))
+    return Rule(
+        message="unknown or mistyped option", check=lambda s: not problems(s), field="options", detail=lambda s: "; ".join(problems(s))
+    )
 
 
 def _known_rule(field: str, attr: str, entries: dict[str, Any], what: str) -> Rule:
@@ -108,8 +111,11 @@ def _estimator_blocks() -> list[str]:
     found = []
     for name, preset in PRESETS.items():
         estimator = catalog.ADVANTAGES.get(preset.advantage or "")
-        if preset.block is not None and estimator is not None and \
-                {option_manifest_name(f) for f in preset.block.model_fields} & set(estimator.options):
+        if (
+            preset.block is not None
+            and estimator is not None
+            and {option_manifest_name(f) for f in preset.block.model_fields} & set(estimator.options)
+        ):
             found.append(option_manifest_name(name))
     return found
 
@@ -161,16 +167,20 @@ ALGORITHM_RULES = (
     ),
     Rule(
         message=f"advantage replaces the preset's estimator: set its options in advantage.options, not in a {words(_ESTIMATOR_BLOCKS)} block",
-        check=lambda s: s.advantage is None or all(getattr(s, name) is None for name, p in PRESETS.items()
-                                                   if option_manifest_name(name) in _ESTIMATOR_BLOCKS),
+        check=lambda s: (
+            s.advantage is None
+            or all(getattr(s, name) is None for name, p in PRESETS.items() if option_manifest_name(name) in _ESTIMATOR_BLOCKS)
+        ),
         cel="!has(self.advantage) || (" + " && ".join(f"!has(self.{b})" for b in _ESTIMATOR_BLOCKS) + ")",
         field="advantage",
     ),
     Rule(
         message=f"{_PAIRS} trains on preference pairs: it takes no advantage, and no policyLoss but one over pairs ({words(PAIR_LOSSES)})",
-        check=lambda s: not s.pairs or (s.advantage is None and (s.policy_loss is None or s.policy_loss.name in PAIR_LOSSES or bool(s.plugins))),
+        check=lambda s: (
+            not s.pairs or (s.advantage is None and (s.policy_loss is None or s.policy_loss.name in PAIR_LOSSES or bool(s.plugins)))
+        ),
         cel=f"!({pairs_cel('self')}) || (!has(self.advantage) && (!has(self.policyLoss) || "
-            f"{cel_in('self.policyLoss.name', PAIR_LOSSES)} || size(self.plugins) > 0))",
+        f"{cel_in('self.policyLoss.name', PAIR_LOSSES)} || size(self.plugins) > 0))",
         field="name",
     ),
     Rule(

@@ -33,8 +33,10 @@ _URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
 _LOCAL_ONLY = "the engine reads local paths only: mount the files into the pod (a PersistentVolumeClaim or an image) and give their path; URLs such as s3://, gs:// or https:// are not read"
 
 
-_NO_CLIMBING = ("must not contain .. segments (a path is checked against the volumes that hold it, and .. would "
-                "climb out of them): write the path without ..")
+_NO_CLIMBING = (
+    "must not contain .. segments (a path is checked against the volumes that hold it, and .. would "
+    "climb out of them): write the path without .."
+)
 _DOT_DOT = "(^|/)[.][.](/|$)"
 _NO_NUL = pattern(r"^[^\x00]*$", "a path without a NUL character")
 
@@ -50,10 +52,17 @@ def _local_path(value: str) -> str:
 LocalPath = Annotated[
     str,
     # Field before the validator: pydantic leaves a pattern checked after a function out of the JSON schema (and so the CRD).
-    Field(min_length=1, max_length=4096, pattern=_NO_NUL, json_schema_extra={
-        "x-kubernetes-validations": [{"rule": f"!self.matches('{_URL}')", "message": _LOCAL_ONLY},
-                                     {"rule": f"!self.matches('{_DOT_DOT}')", "message": _NO_CLIMBING}],
-    }),
+    Field(
+        min_length=1,
+        max_length=4096,
+        pattern=_NO_NUL,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": f"!self.matches('{_URL}')", "message": _LOCAL_ONLY},
+                {"rule": f"!self.matches('{_DOT_DOT}')", "message": _NO_CLIMBING},
+            ],
+        },
+    ),
     AfterValidator(_local_path),
 ]
 """A file or folder path the engine opens; a URL, a .. segment and a NUL are refused, here and by the API server."""

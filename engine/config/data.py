@@ -122,8 +122,7 @@ class DataSpec(SpecModel):
             " || (has(self.validation.generator) && has(self.train.generator)"
             + "".join(f" && self.validation.generator.{f} == self.train.generator.{f}" for f in ("name", "count", "seed", "maxOperand"))
             + " && (has(self.validation.generator.operands) ? self.validation.generator.operands : 2)"
-            " == (has(self.train.generator.operands) ? self.train.generator.operands : 2)"
-            + "))",
+            " == (has(self.train.generator.operands) ? self.train.generator.operands : 2)" + "))",
             field="validation",
         ),
     )

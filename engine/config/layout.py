@@ -58,4 +58,3 @@ class ActorLayout(ParallelLayout):
             detail=lambda s: f"tp = {s.tp}, rolloutTp = {s.rollout_tp}",
         ),
     )
-

@@ -12,8 +12,15 @@ LoRATarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 ALL_TARGETS: tuple[LoRATarget, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 
 # Hugging Face's (and PEFT's) module name of each target.
-HF_MODULES: dict[str, str] = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
-                              "gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+HF_MODULES: dict[str, str] = {
+    "q": "q_proj",
+    "k": "k_proj",
+    "v": "v_proj",
+    "o": "o_proj",
+    "gate": "gate_proj",
+    "up": "up_proj",
+    "down": "down_proj",
+}
 
 
 class LoRASpec(SpecModel):

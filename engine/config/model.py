@@ -10,16 +10,21 @@ from pydantic import AfterValidator, Field
 
 from .base import LocalPath, Rule, SpecModel, pattern
 
-DNS_SUBDOMAIN = pattern(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-                        "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit")
+DNS_SUBDOMAIN = pattern(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit",
+)
 SECRET_KEY = pattern(r"^[-._a-zA-Z0-9]+$", "a Secret key: letters, digits, '-', '_' and '.'")
 
 # The hub's repository id grammar (as huggingface_hub documents it): [namespace/]name, each part 1 to 96
 # ASCII letters, digits, '-', '_' or '.', starting and ending with a letter, digit or '_'; no "--" or "..",
 # no ".git" suffix. So an id can never climb out of the cache folder ("..", "../x").
 _HUB_PART = r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
-HUB_ID = pattern(rf"^({_HUB_PART}/)?{_HUB_PART}$", "a hub repository id, name or namespace/name (e.g. Qwen/Qwen2.5-0.5B-Instruct): "
-                 "letters, digits, '-', '_' and '.', each part starting and ending with a letter or digit")
+HUB_ID = pattern(
+    rf"^({_HUB_PART}/)?{_HUB_PART}$",
+    "a hub repository id, name or namespace/name (e.g. Qwen/Qwen2.5-0.5B-Instruct): "
+    "letters, digits, '-', '_' and '.', each part starting and ending with a letter or digit",
+)
 _HUB_ID_CEL = "!self.contains('--') && !self.contains('..') && !self.endsWith('.git')"
 
 
@@ -29,27 +34,43 @@ def _hub_id(value: str) -> str:
     return value
 
 
-HubId = Annotated[str, AfterValidator(_hub_id), Field(min_length=1, max_length=193, pattern=HUB_ID, json_schema_extra={
-    "x-kubernetes-validations": [{"rule": _HUB_ID_CEL, "message": "a hub repository id cannot contain -- or .. or end with .git"}]})]
+HubId = Annotated[
+    str,
+    AfterValidator(_hub_id),
+    Field(
+        min_length=1,
+        max_length=193,
+        pattern=HUB_ID,
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": _HUB_ID_CEL, "message": "a hub repository id cannot contain -- or .. or end with .git"}]
+        },
+    ),
+]
 
 
 # A revision is a branch, tag or commit; the hub client puts it into URLs and cache folders, so it
 # follows git's ref grammar (git check-ref-format, one level allowed): these characters only, and the
 # structural rules below. A 40-hex commit id passes both.
-_REVISION_CHARS = pattern(r"^[^\x00-\x20\x7f~^:?*\[\\]+$",
-                          "a git branch, tag or commit: no spaces, control characters or any of ~ ^ : ? * [ \\")
+_REVISION_CHARS = pattern(
+    r"^[^\x00-\x20\x7f~^:?*\[\\]+$", "a git branch, tag or commit: no spaces, control characters or any of ~ ^ : ? * [ \\"
+)
 _REVISION_RULES = (
     ("..", lambda v: ".." not in v, "!self.contains('..')"),
     ("//", lambda v: "//" not in v, "!self.contains('//')"),
     ("@{", lambda v: "@{" not in v, "!self.contains('@{')"),
     ("a leading or trailing /", lambda v: not v.startswith("/") and not v.endswith("/"), "!self.startsWith('/') && !self.endsWith('/')"),
     ("a part starting with .", lambda v: not v.startswith(".") and "/." not in v, "!self.startsWith('.') && !self.contains('/.')"),
-    ("a trailing . or a part ending in .lock", lambda v: not v.endswith((".", ".lock")) and ".lock/" not in v,
-     "!self.endsWith('.') && !self.endsWith('.lock') && !self.contains('.lock/')"),
+    (
+        "a trailing . or a part ending in .lock",
+        lambda v: not v.endswith((".", ".lock")) and ".lock/" not in v,
+        "!self.endsWith('.') && !self.endsWith('.lock') && !self.contains('.lock/')",
+    ),
     ("@ alone", lambda v: v != "@", "self != '@'"),
 )
-_REVISION_MESSAGE = ("a revision follows git's ref grammar (a branch, tag or 40-hex commit): no .., //, @{, leading or trailing /, "
-                     "part starting with . or ending in .lock, or trailing .")
+_REVISION_MESSAGE = (
+    "a revision follows git's ref grammar (a branch, tag or 40-hex commit): no .., //, @{, leading or trailing /, "
+    "part starting with . or ending in .lock, or trailing ."
+)
 
 
 def _revision(value: str) -> str:
@@ -60,9 +81,18 @@ def _revision(value: str) -> str:
 
 
 # Field before the validator: pydantic leaves a pattern checked after a function out of the JSON schema (and so the CRD).
-Revision = Annotated[str, Field(min_length=1, max_length=256, pattern=_REVISION_CHARS, json_schema_extra={
-    "x-kubernetes-validations": [{"rule": " && ".join(cel for _, _, cel in _REVISION_RULES), "message": _REVISION_MESSAGE}]}),
-    AfterValidator(_revision)]
+Revision = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=_REVISION_CHARS,
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": " && ".join(cel for _, _, cel in _REVISION_RULES), "message": _REVISION_MESSAGE}]
+        },
+    ),
+    AfterValidator(_revision),
+]
 """A branch, tag or commit of a hub repository, in git's ref grammar: never a path that climbs out of the cache."""
 
 

@@ -94,10 +94,10 @@ class ToolSpec(SpecModel):
         return self.kind == "function" or (self.kind == "builtin" and self.name in CODE_TOOLS)
 
 
-_QUANTITY = pattern(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE])?$",
-                    "a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
-_SUBDOMAIN = pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
-                     "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'")
+_QUANTITY = pattern(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE])?$", "a Kubernetes quantity such as 500m, 2, 512Mi or 4Gi")
+_SUBDOMAIN = pattern(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", "a DNS-1123 subdomain: lower-case letters, digits, '-' and '.'"
+)
 
 
 _IPV4_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -144,7 +144,9 @@ class EgressDestinationSpec(SpecModel):
     """A network the sandbox pods may reach (a NetworkPolicy ipBlock), on the ports given (every port
     when none is given)."""
 
-    cidr: str = Field(min_length=4, max_length=43, pattern=pattern(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$", "a CIDR such as 203.0.113.0/24 or 2001:db8::/32"))
+    cidr: str = Field(
+        min_length=4, max_length=43, pattern=pattern(r"^[0-9a-fA-F:.]+/[0-9]{1,3}$", "a CIDR such as 203.0.113.0/24 or 2001:db8::/32")
+    )
     """The network, e.g. 203.0.113.0/24 or 203.0.113.7/32 for one address; link-local addresses
     (169.254.0.0/16, fe80::/10: the clouds' metadata servers) are always left out of it."""
     ports: list[EgressPortSpec] = Field(default=[], max_length=MAX_EGRESS_PORTS)

@@ -36,8 +36,12 @@ class Bound:
             return f"must be one of {', '.join(map(str, self.one_of))}, got {value!r}"
         if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             return None
-        for limit, ok, word in ((self.gt, lambda v, b: v > b, ">"), (self.ge, lambda v, b: v >= b, ">="),
-                                (self.lt, lambda v, b: v < b, "<"), (self.le, lambda v, b: v <= b, "<=")):
+        for limit, ok, word in (
+            (self.gt, lambda v, b: v > b, ">"),
+            (self.ge, lambda v, b: v >= b, ">="),
+            (self.lt, lambda v, b: v < b, "<"),
+            (self.le, lambda v, b: v <= b, "<="),
+        ):
             if limit is not None and not ok(value, limit):
                 return f"must be {word} {limit:g}, got {value!r}" + (f" ({self.why})" if self.why else "")
         return None
@@ -61,8 +65,7 @@ def option_python_name(manifest_name: str) -> str:
     return to_snake(manifest_name)
 
 
-def option_problems(options: dict[str, Any], known: dict[str, Any], what: str,
-                    bounds: dict[str, Bound] | None = None) -> list[str]:
+def option_problems(options: dict[str, Any], known: dict[str, Any], what: str, bounds: dict[str, Bound] | None = None) -> list[str]:
     """What is wrong with `options` (manifest names) for an entry whose options and defaults are
     `known` and whose bounds are `bounds` (both by manifest name)."""
     problems = []
@@ -72,8 +75,11 @@ def option_problems(options: dict[str, Any], known: dict[str, Any], what: str,
             continue
         default = known[key]
         wanted = float if isinstance(default, float) else type(default) if default is not None else None
-        ok = wanted is None or (isinstance(value, wanted) and not (wanted is not bool and isinstance(value, bool))) \
+        ok = (
+            wanted is None
+            or (isinstance(value, wanted) and not (wanted is not bool and isinstance(value, bool)))
             or (wanted is float and isinstance(value, int) and not isinstance(value, bool))
+        )
         if not ok:
             problems.append(f"{key}: expected a {wanted.__name__}, got {value!r}")
             continue

@@ -30,7 +30,9 @@ class PythonReward(SpecModel):
 
     path: LocalPath
     """The local .py file."""
-    function: str = Field(default="reward", min_length=1, max_length=256, pattern=pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "a Python function name"))
+    function: str = Field(
+        default="reward", min_length=1, max_length=256, pattern=pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "a Python function name")
+    )
     """The function's name; it is called as f(prompt, response, answer) -> float."""
 
     RULES = (

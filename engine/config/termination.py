@@ -29,8 +29,13 @@ PEER_LOST_REASON = "PeerLost"
 link): retried like any other, but the operator blames the pod that went, not this one."""
 _PEER_LOST_CLASSES = frozenset({"DistBackendError", "DistNetworkError", "DistStoreError"})
 """torch.distributed's errors of a lost backend, network or store (named: this layer does not import torch)."""
-_PEER_LOST_TEXT = ("connection closed by peer", "connection reset by peer", "broken pipe", "remote process exited",
-                   "communicator was aborted")
+_PEER_LOST_TEXT = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote process exited",
+    "communicator was aborted",
+)
 """What gloo's and NCCL's transports say when the other end went (gloo raises a plain RuntimeError)."""
 
 

@@ -22,6 +22,7 @@ SECRET_ENV: dict[str, tuple[str, str]] = {
     "wandb": ("api_key_secret_ref", "WANDB_API_KEY"),
 }
 
+
 def _only_for(attr: str, api_name: str, backend: str) -> Rule:
     return Rule(
         message=f"{api_name} applies only to backend: {backend}",
@@ -48,16 +49,26 @@ class TrackingSpec(SpecModel):
     path: LocalPath | None = None
     """tensorboard: the event files' folder (default: `tensorboard` in the run's folder, the
     checkpoint volume in a pod)."""
-    tracking_uri: str | None = Field(default=None, min_length=1, max_length=2048,
-                                     pattern=pattern(r"^(https?://[^\s]+|file:[^\s]+|databricks(://[^\s]*)?)$", "an MLflow tracking URI: http(s)://..., file:/path or databricks"))
+    tracking_uri: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=2048,
+        pattern=pattern(
+            r"^(https?://[^\s]+|file:[^\s]+|databricks(://[^\s]*)?)$", "an MLflow tracking URI: http(s)://..., file:/path or databricks"
+        ),
+    )
     """mlflow: the tracking server (http(s)://...), a local store (file:/path) or databricks."""
     experiment: str | None = Field(default=None, min_length=1, max_length=256)
     """mlflow: the experiment's name (default: the RLJob's name)."""
     token_secret_ref: SecretKeyRef | None = None
     """mlflow: a Secret key holding the server's token (MLFLOW_TRACKING_TOKEN in the trainer pods)."""
-    project: str | None = Field(default=None, min_length=1, max_length=128, pattern=pattern(r"^[^/\\#?%:]+$", "a name without /, \\, #, ?, % or :"))
+    project: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=pattern(r"^[^/\\#?%:]+$", "a name without /, \\, #, ?, % or :")
+    )
     """wandb: the project."""
-    entity: str | None = Field(default=None, min_length=1, max_length=128, pattern=pattern(r"^[^/\\#?%:]+$", "a name without /, \\, #, ?, % or :"))
+    entity: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=pattern(r"^[^/\\#?%:]+$", "a name without /, \\, #, ?, % or :")
+    )
     """wandb: the team or user (default: the API key's)."""
     mode: Literal["online", "offline"] | None = None
     """wandb: online (default) sends to W&B as it goes; offline writes the run's folder only (`wandb sync` uploads it)."""
@@ -85,4 +96,3 @@ class TrackingSpec(SpecModel):
         attr, env = SECRET_ENV[self.backend]
         ref = getattr(self, attr)
         return (ref, env) if ref is not None else None
-

@@ -35,7 +35,7 @@ class Example:
 
 
 def arithmetic(spec: GeneratorSpec) -> list[Example]:
-    """"What is a + b?" (or a + b + c, ... for more operands) with the sum as the answer; the same
+    """ "What is a + b?" (or a + b + c, ... for more operands) with the sum as the answer; the same
     list for the same seed."""
     rng = random.Random(spec.seed)
     out = []
@@ -132,7 +132,9 @@ class PromptEncoder:
     def encode(self, example: Example) -> list[int]:
         ids = self.tokenizer.encode(self.text(example), add_special_tokens=not self.data.chat_template)
         if len(ids) > self.data.max_prompt_length:
-            raise DataError(f"{example.where}: the prompt has {len(ids)} tokens, more than data.maxPromptLength = {self.data.max_prompt_length}")
+            raise DataError(
+                f"{example.where}: the prompt has {len(ids)} tokens, more than data.maxPromptLength = {self.data.max_prompt_length}"
+            )
         return ids
 
 
@@ -160,7 +162,7 @@ class PromptLoader:
         if self.position + self.batch_size > len(self.examples):
             self.epoch, self.position = self.epoch + 1, 0
         order = self._order(self.epoch)
-        batch = [self.examples[i] for i in order[self.position:self.position + self.batch_size]]
+        batch = [self.examples[i] for i in order[self.position : self.position + self.batch_size]]
         self.position += self.batch_size
         return batch
 

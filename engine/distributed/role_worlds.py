@@ -47,15 +47,19 @@ class Block:
 
 def blocks(config: EngineConfig) -> list[Block]:
     """Every role with ranks of its own, in rank order (pure); checked to tile the world, actor first."""
-    found = [Block(name, topo.rank_offset, topo.ranks, topo.layout.tp, topo.layout.pp, topo.layout.expert_parallel)
-             for name, topo in config.own_rank_roles()]
+    found = [
+        Block(name, topo.rank_offset, topo.ranks, topo.layout.tp, topo.layout.pp, topo.layout.expert_parallel)
+        for name, topo in config.own_rank_roles()
+    ]
     if not found or found[0].role != "actor" or found[0].offset != 0:
         raise ValueError("roles.actor: the actor must have ranks of its own, starting at rank 0 (the controller)")
     expected = 0
     for block in found:
         if block.offset != expected:
-            raise ValueError(f"roles.{block.role}: its ranks start at {block.offset}, expected {expected} "
-                             "(roles with ranks of their own sit side by side, actor first)")
+            raise ValueError(
+                f"roles.{block.role}: its ranks start at {block.offset}, expected {expected} "
+                "(roles with ranks of their own sit side by side, actor first)"
+            )
         if block.size % (block.tp * block.pp):
             raise ValueError(f"roles.{block.role}.layout: tp*pp = {block.tp * block.pp} does not divide its {block.size} ranks")
         expected += block.size
@@ -128,13 +132,13 @@ def join(env: RankEnv, config: EngineConfig) -> RoleWorld:
     timeout = timedelta(seconds=env.timeout_s)
     if env.rank != 0:
         wait_until_resolvable(env.master_addr, env.timeout_s)
-    store = dist.TCPStore(env.master_addr, env.master_port, is_master=env.rank == 0, wait_for_workers=False,
-                          timeout=timeout)
+    store = dist.TCPStore(env.master_addr, env.master_port, is_master=env.rank == 0, wait_for_workers=False, timeout=timeout)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(env.local_rank)
-    dist.init_process_group(backend, store=dist.PrefixStore(f"world/{block.role}", store), rank=env.rank - block.offset,
-                            world_size=block.size, timeout=timeout)
+    dist.init_process_group(
+        backend, store=dist.PrefixStore(f"world/{block.role}", store), rank=env.rank - block.offset, world_size=block.size, timeout=timeout
+    )
     world = RoleWorld(block.role, block, found, env.rank)
     # A role waits on its link for the next command while the actor generates and trains: up to a
     # whole step. A rank that dies closes its connections, which ends a wait at once.
@@ -144,6 +148,15 @@ def join(env: RankEnv, config: EngineConfig) -> RoleWorld:
             world.links[other.role] = ObjectLink(store, other.role, 0, other.size + 1, link_timeout)
         elif env.rank in other:
             world.links[other.role] = ObjectLink(store, other.role, env.rank - other.offset + 1, other.size + 1, link_timeout)
-    log.info("rank %d of %d joined role %s (rank %d of %d there, %s, %s:%d)", env.rank, env.world_size, block.role,
-             env.rank - block.offset, block.size, backend, env.master_addr, env.master_port)
+    log.info(
+        "rank %d of %d joined role %s (rank %d of %d there, %s, %s:%d)",
+        env.rank,
+        env.world_size,
+        block.role,
+        env.rank - block.offset,
+        block.size,
+        backend,
+        env.master_addr,
+        env.master_port,
+    )
     return world

@@ -82,8 +82,9 @@ class RolloutFleet:
         """The version of the weights last submitted to the role (-1: none yet)."""
         self._syncs: list[Future] = []
         self._stopping: Future | None = None
-        self.model_bytes = float(sum(piece.numel() for bucket in resharder.plan for unit in bucket
-                                     for piece in unit.pieces) * resharder.element_size)
+        self.model_bytes = float(
+            sum(piece.numel() for bucket in resharder.plan for unit in bucket for piece in unit.pieces) * resharder.element_size
+        )
         """The model's bytes in the switch plan: what one version's weights move to every rollout rank."""
 
     # -- weights ------------------------------------------------------------------------------------
@@ -106,9 +107,13 @@ class RolloutFleet:
         self.link.send("weights", {"version": version})
         sent = send_buckets(self.link.link, buckets)
         loaded = self.link.result()
-        return {"weight_sync_seconds": gathered + time.perf_counter() - started, "weight_sync_bytes": float(sent),
-                "weight_sync_buckets": float(len(buckets)), "weight_sync_version": float(version),
-                "weight_sync_load_seconds": float(loaded["seconds"])}
+        return {
+            "weight_sync_seconds": gathered + time.perf_counter() - started,
+            "weight_sync_bytes": float(sent),
+            "weight_sync_buckets": float(len(buckets)),
+            "weight_sync_version": float(version),
+            "weight_sync_load_seconds": float(loaded["seconds"]),
+        }
 
     def sync_metrics(self) -> dict[str, float]:
         """What the syncs finished since the last call moved (controller; empty elsewhere): sums of seconds

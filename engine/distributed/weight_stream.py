@@ -95,7 +95,7 @@ def receive_buckets(link: ObjectLink, root: int = 0) -> Iterator[tuple[str, torc
             n = 1
             for s in shape:
                 n *= s
-            yield name, flat[offset:offset + n].view(shape)
+            yield name, flat[offset : offset + n].view(shape)
             offset += n
 
 

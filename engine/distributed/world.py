@@ -54,14 +54,22 @@ class RankEnv:
         if "RANK" in environ:
             rank = integer("RANK")
         else:  # a pod of an indexed Job
-            rank = integer("KUBERL_ROLE_RANK_OFFSET", 0) + integer("JOB_COMPLETION_INDEX", 0) * integer("KUBERL_PROCS_PER_POD", 1) + local_rank
+            rank = (
+                integer("KUBERL_ROLE_RANK_OFFSET", 0) + integer("JOB_COMPLETION_INDEX", 0) * integer("KUBERL_PROCS_PER_POD", 1) + local_rank
+            )
         world = integer("WORLD_SIZE", 1)
         if not 0 <= rank < world:
             raise WorldError(f"rank {rank} is outside the world of {world} ranks")
-        return cls(rank=rank, world_size=world, local_rank=local_rank,
-                   master_addr=environ.get("MASTER_ADDR", "127.0.0.1"), master_port=integer("MASTER_PORT", 29500),
-                   role=environ.get("KUBERL_ROLE", "actor"), timeout_s=integer("KUBERL_TIMEOUT_S", DEFAULT_TIMEOUT_S),
-                   link_timeout_s=integer("KUBERL_LINK_TIMEOUT_S", DEFAULT_LINK_TIMEOUT_S))
+        return cls(
+            rank=rank,
+            world_size=world,
+            local_rank=local_rank,
+            master_addr=environ.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=integer("MASTER_PORT", 29500),
+            role=environ.get("KUBERL_ROLE", "actor"),
+            timeout_s=integer("KUBERL_TIMEOUT_S", DEFAULT_TIMEOUT_S),
+            link_timeout_s=integer("KUBERL_LINK_TIMEOUT_S", DEFAULT_LINK_TIMEOUT_S),
+        )
 
 
 def init_model_parallel(tp: int, pp: int, seed: int, ep: int = 1) -> None:
@@ -88,7 +96,9 @@ def model_parallel_ranks() -> dict[tuple[int, int], int]:
 
     group = ps.get_model_parallel_group()
     members: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(members, (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(), dist.get_rank()), group=group)
+    dist.all_gather_object(
+        members, (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(), dist.get_rank()), group=group
+    )
     return {(s, t): r for s, t, r in members}
 
 
@@ -99,6 +109,7 @@ def expert_parallel_ranks() -> dict[tuple[int, int], int]:
 
     group = ps.get_expert_tensor_model_pipeline_parallel_group()
     members: list = [None] * dist.get_world_size(group)
-    dist.all_gather_object(members, (ps.get_pipeline_model_parallel_rank(), ps.get_expert_model_parallel_rank(), dist.get_rank()),
-                           group=group)
+    dist.all_gather_object(
+        members, (ps.get_pipeline_model_parallel_rank(), ps.get_expert_model_parallel_rank(), dist.get_rank()), group=group
+    )
     return {(s, e): r for s, e, r in members}

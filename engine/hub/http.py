@@ -7,6 +7,7 @@ from typing import Any
 
 from .settings import DEFAULT_REQUEST_TIMEOUT
 
+
 def bound_request_timeouts() -> None:
     """Give every request of huggingface_hub a timeout.
 

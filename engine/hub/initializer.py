@@ -40,8 +40,9 @@ log = logging.getLogger("kuberl.initializer")
 
 def main() -> int:
     """`kuberl initialize`: see the module's docstring. Reads KUBERL_CONFIG (the engine config file)."""
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, datefmt="%H:%M:%S",
-                        format="%(asctime)s initialize %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, datefmt="%H:%M:%S", format="%(asctime)s initialize %(levelname)s %(message)s"
+    )
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # a line per request: the progress lines say enough
     config_path = os.environ.get("KUBERL_CONFIG")
     try:

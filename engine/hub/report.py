@@ -41,8 +41,7 @@ def summary(report: InitializationReport) -> str:
         return f"kuberl initialize failed ({report.reason}): {report.message}"
     repos = ", ".join(f"{r.field} {r.repo}@{r.commit[:12]} ({r.files} files, {human_bytes(r.bytes)})" for r in report.repos)
     count = f"{len(report.repos)} {'repository' if len(report.repos) == 1 else 'repositories'}"
-    return (f"kuberl initialize: {count} in the cache, {human_bytes(report.fetched_bytes)} downloaded"
-            + (f": {repos}" if repos else ""))
+    return f"kuberl initialize: {count} in the cache, {human_bytes(report.fetched_bytes)} downloaded" + (f": {repos}" if repos else "")
 
 
 def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:

@@ -61,5 +61,6 @@ def hub_from_environ(environ: Mapping[str, str]) -> Hub:
     # A token has no whitespace; a Secret made from a file often ends with a newline, which no header may carry.
     token = (environ.get("HF_TOKEN") or "").strip() or None
 
-    return Hub(endpoint=endpoint, cache_dir=endpoint_cache_dir(Path(cache).expanduser().resolve(), endpoint), token=token,
-               retry_seconds=retry)
+    return Hub(
+        endpoint=endpoint, cache_dir=endpoint_cache_dir(Path(cache).expanduser().resolve(), endpoint), token=token, retry_seconds=retry
+    )

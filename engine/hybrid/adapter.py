@@ -29,8 +29,7 @@ def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
 class AdapterGather:
     """Gathers this rank's replica's whole adapter; `place` is (pipeline stage, TP rank)."""
 
-    def __init__(self, arch: LlamaArch, targets: list[str], place: tuple[int, int], group: dist.ProcessGroup | None,
-                 group_size: int):
+    def __init__(self, arch: LlamaArch, targets: list[str], place: tuple[int, int], group: dist.ProcessGroup | None, group_size: int):
         self.arch, self.targets, self.place, self.group, self.group_size = arch, list(targets), place, group, group_size
         self.stats = SwitchStats()
 

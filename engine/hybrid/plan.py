@@ -164,8 +164,9 @@ def needs(piece: Piece, tp: int, tg: int, tp_rank: int) -> bool:
 
 
 def holds(piece: Piece, stage: int, tp_rank: int, ep_rank: int = 0) -> bool:
-    return (piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank)
-            and (piece.ep_rank is None or piece.ep_rank == ep_rank))
+    return (
+        piece.stage == stage and (piece.tp_rank is None or piece.tp_rank == tp_rank) and (piece.ep_rank is None or piece.ep_rank == ep_rank)
+    )
 
 
 def received_bytes(units: list[Unit], stage: int, tp_rank: int, element_size: int, tg: int = 1, ep_rank: int = 0) -> int:

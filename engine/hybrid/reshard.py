@@ -53,22 +53,38 @@ class Resharder:
     are the model-parallel group's TP rank 0 of each stage.
     """
 
-    def __init__(self, arch: LlamaArch, tp: int, pp: int, stage: int, tp_rank: int,
-                 ranks: Mapping[tuple[int, int], int], group: dist.ProcessGroup | None,
-                 dtype: torch.dtype = torch.float32, bucket_bytes: int = 64 << 20, tg: int = 1, ep: int = 1,
-                 ep_rank: int = 0, expert_ranks: Mapping[tuple[int, int], int] | None = None,
-                 expert_group: dist.ProcessGroup | None = None):
+    def __init__(
+        self,
+        arch: LlamaArch,
+        tp: int,
+        pp: int,
+        stage: int,
+        tp_rank: int,
+        ranks: Mapping[tuple[int, int], int],
+        group: dist.ProcessGroup | None,
+        dtype: torch.dtype = torch.float32,
+        bucket_bytes: int = 64 << 20,
+        tg: int = 1,
+        ep: int = 1,
+        ep_rank: int = 0,
+        expert_ranks: Mapping[tuple[int, int], int] | None = None,
+        expert_group: dist.ProcessGroup | None = None,
+    ):
         wanted_tp_ranks(tp, tg, tp_rank)  # tg must divide tp
         if ep > 1 and expert_ranks is None:
             raise ValueError(f"ep={ep}: the switch needs the ranks that hold the other experts (expert_ranks)")
         if tg > 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
-            raise ValueError(f"a rollout tensor-parallel size of {tg} needs a vocabulary that the training's tp={tp} "
-                             f"divides: {arch.vocab_size} is padded to {arch.padded_vocab_size(tp)} there, and vLLM "
-                             "would split it otherwise; use a rollout tp of 1")
+            raise ValueError(
+                f"a rollout tensor-parallel size of {tg} needs a vocabulary that the training's tp={tp} "
+                f"divides: {arch.vocab_size} is padded to {arch.padded_vocab_size(tp)} there, and vLLM "
+                "would split it otherwise; use a rollout tp of 1"
+            )
         if tg > 1 and arch.vocab_size % (VLLM_VOCAB_PADDING * tg):
-            raise ValueError(f"a rollout tensor-parallel size of {tg} needs a vocabulary divisible by "
-                             f"{VLLM_VOCAB_PADDING * tg} (vLLM pads it to a multiple of {VLLM_VOCAB_PADDING} "
-                             f"before splitting it), not {arch.vocab_size}")
+            raise ValueError(
+                f"a rollout tensor-parallel size of {tg} needs a vocabulary divisible by "
+                f"{VLLM_VOCAB_PADDING * tg} (vLLM pads it to a multiple of {VLLM_VOCAB_PADDING} "
+                f"before splitting it), not {arch.vocab_size}"
+            )
         self.arch, self.tp, self.pp, self.stage, self.tp_rank, self.tg = arch, tp, pp, stage, tp_rank, tg
         self.ranks, self.group, self.dtype = ranks, group, dtype
         self.element_size = torch.empty((), dtype=dtype).element_size()
@@ -128,10 +144,12 @@ class Resharder:
     def _receivers(self, piece: Piece) -> list[int]:
         """Ranks of the group that need `piece` and do not hold it."""
         if piece.ep_rank is not None:  # every rank needs every expert (tp and t_g are 1)
-            return sorted(rank for (stage, ep_rank), rank in self.expert_ranks.items()
-                          if not holds(piece, stage, 0, ep_rank))
-        return sorted(rank for (stage, tp_rank), rank in self.ranks.items()
-                      if needs(piece, self.tp, self.tg, tp_rank) and not holds(piece, stage, tp_rank))
+            return sorted(rank for (stage, ep_rank), rank in self.expert_ranks.items() if not holds(piece, stage, 0, ep_rank))
+        return sorted(
+            rank
+            for (stage, tp_rank), rank in self.ranks.items()
+            if needs(piece, self.tp, self.tg, tp_rank) and not holds(piece, stage, tp_rank)
+        )
 
     def _in_full_shape(self, shard: torch.Tensor, dim: int | None) -> torch.Tensor:
         """The generation shard placed where vLLM's loader will cut it from a full tensor."""

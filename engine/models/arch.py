@@ -7,12 +7,31 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .families import family_of
-from .rope import (LLAMA3_ROPE, SUPPORTED_ROPE_SCALING, LinearScaling, Llama3Scaling, RopeScaling, YarnScaling,
-                   read_rope_scaling, rope_scaling_factor)
+from .rope import (
+    LLAMA3_ROPE,
+    SUPPORTED_ROPE_SCALING,
+    LinearScaling,
+    Llama3Scaling,
+    RopeScaling,
+    YarnScaling,
+    read_rope_scaling,
+    rope_scaling_factor,
+)
 from .unsupported import UnsupportedModel
 
-__all__ = ["LLAMA3_ROPE", "MAKE_VOCAB_SIZE_DIVISIBLE_BY", "SUPPORTED_ROPE_SCALING", "LinearScaling", "Llama3Scaling",
-           "LlamaArch", "RopeScaling", "UnsupportedModel", "YarnScaling", "read_rope_scaling", "rope_scaling_factor"]
+__all__ = [
+    "LLAMA3_ROPE",
+    "MAKE_VOCAB_SIZE_DIVISIBLE_BY",
+    "SUPPORTED_ROPE_SCALING",
+    "LinearScaling",
+    "Llama3Scaling",
+    "LlamaArch",
+    "RopeScaling",
+    "UnsupportedModel",
+    "YarnScaling",
+    "read_rope_scaling",
+    "rope_scaling_factor",
+]
 
 MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
 """Megatron-LM's default: a vocabulary that tp does not divide is padded to a multiple of this times tp."""
@@ -115,8 +134,10 @@ class LlamaArch:
         )
         return cls(**{**fields, **decided})  # a family may decide a field read here the Llama way (Gemma 3's rope_theta)
 
-    LORA_ON_EXPERTS = ("LoRA on a mixture-of-experts model is not supported yet: the adapters are built for a dense "
-                       "MLP's linear_fc1/linear_fc2 and the attention, not for the experts (engine/training/lora.py)")
+    LORA_ON_EXPERTS = (
+        "LoRA on a mixture-of-experts model is not supported yet: the adapters are built for a dense "
+        "MLP's linear_fc1/linear_fc2 and the attention, not for the experts (engine/training/lora.py)"
+    )
     """Why a job cannot train LoRA adapters on a mixture of experts."""
 
     def check_layout(self, tp: int, pp: int, ep: int = 1) -> None:
@@ -126,8 +147,10 @@ class LlamaArch:
             if tp > 1:
                 # megatron-core 0.16.1's MoE layer refuses to train under tp > 1 without sequence parallelism
                 # (MoELayer.forward), and sequence parallelism needs Transformer Engine.
-                problems.append(f"tp={tp} is not supported for mixture-of-experts models yet: megatron-core trains MoE "
-                                "under tensor parallelism only with sequence parallelism; use tp=1 (and ep)")
+                problems.append(
+                    f"tp={tp} is not supported for mixture-of-experts models yet: megatron-core trains MoE "
+                    "under tensor parallelism only with sequence parallelism; use tp=1 (and ep)"
+                )
             if self.num_experts % ep:
                 problems.append(f"ep={ep} must divide the {self.num_experts} experts")
         elif ep != 1:
@@ -141,4 +164,3 @@ class LlamaArch:
             problems.append(f"pp={pp} must divide the {self.num_layers} layers")
         if problems:
             raise UnsupportedModel("; ".join(problems))
-

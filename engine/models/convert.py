@@ -123,12 +123,13 @@ def layer_norms(arch: LlamaArch) -> tuple[tuple[str, str], ...]:
     """A layer's norms (not the q/k norms): (megatron name, Hugging Face name), both after the layer's prefix.
     Llama's post_attention_layernorm is the MLP's input norm; Gemma 3's normalises the attention's output."""
     if arch.gemma:
-        return (("input_layernorm.weight", "input_layernorm.weight"),
-                ("self_attention.post_layernorm.weight", "post_attention_layernorm.weight"),
-                ("pre_mlp_layernorm.weight", "pre_feedforward_layernorm.weight"),
-                ("mlp.post_layernorm.weight", "post_feedforward_layernorm.weight"))
-    return (("input_layernorm.weight", "input_layernorm.weight"),
-            ("pre_mlp_layernorm.weight", "post_attention_layernorm.weight"))
+        return (
+            ("input_layernorm.weight", "input_layernorm.weight"),
+            ("self_attention.post_layernorm.weight", "post_attention_layernorm.weight"),
+            ("pre_mlp_layernorm.weight", "pre_feedforward_layernorm.weight"),
+            ("mlp.post_layernorm.weight", "post_feedforward_layernorm.weight"),
+        )
+    return (("input_layernorm.weight", "input_layernorm.weight"), ("pre_mlp_layernorm.weight", "post_attention_layernorm.weight"))
 
 
 # Megatron parameter suffix -> (how it is split across TP ranks): "column" on dim 0, "row" on dim 1,
@@ -167,8 +168,16 @@ def stage_layers(arch: LlamaArch, pp_rank: int, pp_size: int) -> range:
 # --- whole state dicts ----------------------------------------------------------------------------
 
 
-def hf_to_megatron(hf: Mapping[str, torch.Tensor], arch: LlamaArch, tp_rank: int = 0, tp_size: int = 1,
-                   pp_rank: int = 0, pp_size: int = 1, ep_rank: int = 0, ep_size: int = 1) -> dict[str, torch.Tensor]:
+def hf_to_megatron(
+    hf: Mapping[str, torch.Tensor],
+    arch: LlamaArch,
+    tp_rank: int = 0,
+    tp_size: int = 1,
+    pp_rank: int = 0,
+    pp_size: int = 1,
+    ep_rank: int = 0,
+    ep_size: int = 1,
+) -> dict[str, torch.Tensor]:
     """The Megatron state dict of one (TP, PP, EP) rank from a full Hugging Face state dict."""
     arch.check_layout(tp_size, pp_size, ep_size)
     out: dict[str, torch.Tensor] = {}

@@ -102,15 +102,15 @@ def export_hf_folder(state: dict[str, torch.Tensor], config: dict, out: Path, to
     return _export_folder(tensors, "model.safetensors", "config.json", config, out, tokenizer_from)
 
 
-def export_peft_folder(adapter: dict[str, torch.Tensor], adapter_config: dict, out: Path,
-                       tokenizer_from: Path | None = None) -> Path:
+def export_peft_folder(adapter: dict[str, torch.Tensor], adapter_config: dict, out: Path, tokenizer_from: Path | None = None) -> Path:
     """Write a PEFT adapter folder (adapter_config.json, adapter_model.safetensors, tokenizer) that
     peft.PeftModel.from_pretrained loads onto the base model, and vLLM serves."""
     return _export_folder(adapter, "adapter_model.safetensors", "adapter_config.json", adapter_config, out, tokenizer_from)
 
 
-def _export_folder(state: dict[str, torch.Tensor], weights: str, config_name: str, config: dict, out: Path,
-                   tokenizer_from: Path | None) -> Path:
+def _export_folder(
+    state: dict[str, torch.Tensor], weights: str, config_name: str, config: dict, out: Path, tokenizer_from: Path | None
+) -> Path:
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -121,8 +121,13 @@ def _export_folder(state: dict[str, torch.Tensor], weights: str, config_name: st
         save_file(tensors, staging / weights, metadata={"format": "pt"})
         (staging / config_name).write_text(json.dumps(config, indent=2, sort_keys=True))
         if tokenizer_from is not None:
-            for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                         "generation_config.json"):
+            for name in (
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "special_tokens_map.json",
+                "chat_template.jinja",
+                "generation_config.json",
+            ):
                 if (tokenizer_from / name).is_file():
                     shutil.copy2(tokenizer_from / name, staging / name)
         staging.chmod(0o755)  # mkdtemp makes it private; an export is meant to be shared

@@ -24,20 +24,30 @@ from .convert import MG_LAYER, stage_layers
 
 # target -> (Megatron module of the layer, "column" | "row")
 MEGATRON_MODULE = {
-    "q": ("self_attention.linear_qkv", "column"), "k": ("self_attention.linear_qkv", "column"),
-    "v": ("self_attention.linear_qkv", "column"), "o": ("self_attention.linear_proj", "row"),
-    "gate": ("mlp.linear_fc1", "column"), "up": ("mlp.linear_fc1", "column"), "down": ("mlp.linear_fc2", "row"),
+    "q": ("self_attention.linear_qkv", "column"),
+    "k": ("self_attention.linear_qkv", "column"),
+    "v": ("self_attention.linear_qkv", "column"),
+    "o": ("self_attention.linear_proj", "row"),
+    "gate": ("mlp.linear_fc1", "column"),
+    "up": ("mlp.linear_fc1", "column"),
+    "down": ("mlp.linear_fc2", "row"),
 }
-HF_PARENT = {"q": "self_attn", "k": "self_attn", "v": "self_attn", "o": "self_attn",
-             "gate": "mlp", "up": "mlp", "down": "mlp"}
+HF_PARENT = {"q": "self_attn", "k": "self_attn", "v": "self_attn", "o": "self_attn", "gate": "mlp", "up": "mlp", "down": "mlp"}
 PEFT_PREFIX = "base_model.model."
 
 
 def full_shapes(arch: LlamaArch, target: str) -> tuple[tuple[int, int], tuple[int, int]]:
     """(in, out) of a target's projection as (A's shape without r, B's shape without r): in, out."""
     h, ffn, hd = arch.hidden_size, arch.intermediate_size, arch.head_dim
-    return {"q": (h, arch.num_heads * hd), "k": (h, arch.num_kv_heads * hd), "v": (h, arch.num_kv_heads * hd),
-            "o": (arch.num_heads * hd, h), "gate": (h, ffn), "up": (h, ffn), "down": (ffn, h)}[target]
+    return {
+        "q": (h, arch.num_heads * hd),
+        "k": (h, arch.num_kv_heads * hd),
+        "v": (h, arch.num_kv_heads * hd),
+        "o": (arch.num_heads * hd, h),
+        "gate": (h, ffn),
+        "up": (h, ffn),
+        "down": (ffn, h),
+    }[target]
 
 
 def split_kind(target: str) -> str:
@@ -51,8 +61,9 @@ def shard_pair(a: torch.Tensor, b: torch.Tensor, target: str, tp_rank: int, tp: 
     return a.chunk(tp, dim=1)[tp_rank].contiguous(), b.clone()
 
 
-def init_pair(arch: LlamaArch, target: str, rank: int, layer: int, seed: int,
-              dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def init_pair(
+    arch: LlamaArch, target: str, rank: int, layer: int, seed: int, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A target's full adapter at the start: A uniform in +-1/sqrt(in) (PEFT's kaiming_uniform_ with
     a = sqrt(5)), B zero, so the adapter adds nothing. Drawn from a generator seeded by (seed, layer,
     target): every layout starts from the same adapter."""
@@ -77,8 +88,9 @@ def hf_weight_name(layer: int, target: str) -> str:
     return f"model.layers.{layer}.{HF_PARENT[target]}.{HF_MODULES[target]}.weight"
 
 
-def gather_adapter(shards: Mapping[tuple[int, int], Mapping[str, torch.Tensor]], arch: LlamaArch,
-                   targets: list[str]) -> dict[str, torch.Tensor]:
+def gather_adapter(
+    shards: Mapping[tuple[int, int], Mapping[str, torch.Tensor]], arch: LlamaArch, targets: list[str]
+) -> dict[str, torch.Tensor]:
     """The full adapter in PEFT's names from every rank's Megatron shards, keyed by (pp_rank, tp_rank)."""
     pp = 1 + max(p for p, _ in shards)
     tp = 1 + max(t for _, t in shards)
@@ -111,9 +123,18 @@ def merged(hf_state: Mapping[str, torch.Tensor], adapter: Mapping[str, torch.Ten
 def adapter_config(spec: LoRASpec, base_model: str) -> dict:
     """adapter_config.json of a PEFT LoRA folder (what peft.PeftModel.from_pretrained and vLLM read)."""
     return {
-        "peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": base_model,
-        "r": spec.rank, "lora_alpha": spec.alpha, "lora_dropout": spec.dropout, "bias": "none",
-        "target_modules": sorted(HF_MODULES[t] for t in spec.target_modules), "fan_in_fan_out": False,
-        "init_lora_weights": True, "use_rslora": False, "use_dora": False, "modules_to_save": None,
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base_model,
+        "r": spec.rank,
+        "lora_alpha": spec.alpha,
+        "lora_dropout": spec.dropout,
+        "bias": "none",
+        "target_modules": sorted(HF_MODULES[t] for t in spec.target_modules),
+        "fan_in_fan_out": False,
+        "init_lora_weights": True,
+        "use_rslora": False,
+        "use_dora": False,
+        "modules_to_save": None,
         "inference_mode": True,
     }

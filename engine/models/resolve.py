@@ -59,8 +59,10 @@ def _cached_hub_folder(source: WeightsSource, field: str) -> Path:
     from ..common.hub_folders import DEFAULT_ENDPOINT, endpoint_cache_dir
 
     # The folder of the hub the initializer fetched from (HF_ENDPOINT, as it had it): each endpoint has its own.
-    where = endpoint_cache_dir(Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser().resolve(),
-                               os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT)
+    where = endpoint_cache_dir(
+        Path(os.environ.get("HF_HUB_CACHE") or constants.HF_HUB_CACHE).expanduser().resolve(),
+        os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT,
+    )
     try:
         return Path(snapshot_download(source.hub_id, revision=source.revision, cache_dir=where, local_files_only=True))
     except EntryNotFoundError as exc:  # LocalEntryNotFoundError, IncompleteSnapshotError

@@ -67,9 +67,12 @@ def _factor(kind: str, scaling: Mapping[str, Any], default: float | None = None)
     return float(factor)
 
 
-def read_rope_scaling(scaling: Mapping[str, Any], accepted: tuple[str, ...] = SUPPORTED_ROPE_SCALING,
-                      max_position_embeddings: int | None = None,
-                      original_max_position_embeddings: int | None = None) -> RopeScaling | None:
+def read_rope_scaling(
+    scaling: Mapping[str, Any],
+    accepted: tuple[str, ...] = SUPPORTED_ROPE_SCALING,
+    max_position_embeddings: int | None = None,
+    original_max_position_embeddings: int | None = None,
+) -> RopeScaling | None:
     """The rope scaling of a Hugging Face config's rope_scaling (rope_parameters in transformers 5), None for plain
     rope; a kind outside `accepted` (a family's own list), and anything megatron-core, vLLM and transformers do not
     all compute alike, is refused. max_position_embeddings and a top-level original_max_position_embeddings are the
@@ -83,8 +86,7 @@ def read_rope_scaling(scaling: Mapping[str, Any], accepted: tuple[str, ...] = SU
         factor = _factor(kind, scaling)
         if not isinstance(scaling["factor"], float):
             # vLLM 0.32's LinearScalingRotaryEmbedding wraps a float factor in a list and iterates anything else.
-            raise _refuse(kind, f"factor {scaling['factor']!r} is not supported: vLLM takes it only as a float "
-                                f"(write {factor!r})")
+            raise _refuse(kind, f"factor {scaling['factor']!r} is not supported: vLLM takes it only as a float (write {factor!r})")
         return LinearScaling(factor)
     if kind == "yarn":
         return _yarn(scaling, max_position_embeddings, original_max_position_embeddings)
@@ -92,25 +94,32 @@ def read_rope_scaling(scaling: Mapping[str, Any], accepted: tuple[str, ...] = SU
     if missing:
         # Left out, each library fills its own default (transformers takes max_position_embeddings for the
         # original context, megatron-core 8192): the three would compute different rope.
-        raise _refuse(kind, f"without {', '.join(missing)} is not supported: every Llama 3.1-3.3 config names them, "
-                            f"and left out, transformers and megatron-core fill in different values")
+        raise _refuse(
+            kind,
+            f"without {', '.join(missing)} is not supported: every Llama 3.1-3.3 config names them, "
+            f"and left out, transformers and megatron-core fill in different values",
+        )
     differs = {k: scaling.get(k) for k, v in LLAMA3_ROPE.items() if float(scaling[k]) != v}
     if differs:
-        raise UnsupportedModel(f"llama3 rope_scaling with {differs} is not supported: megatron-core applies "
-                               f"{LLAMA3_ROPE} (Llama 3.1-3.3's own), with any factor")
+        raise UnsupportedModel(
+            f"llama3 rope_scaling with {differs} is not supported: megatron-core applies "
+            f"{LLAMA3_ROPE} (Llama 3.1-3.3's own), with any factor"
+        )
     return Llama3Scaling(_factor(kind, scaling))
 
 
 def _yarn(scaling: Mapping[str, Any], max_position_embeddings: int | None, top_level_original: int | None) -> YarnScaling:
     factor = _factor("yarn", scaling)
     if scaling.get("attention_factor") is not None:
-        raise _refuse("yarn", f"with attention_factor={scaling['attention_factor']!r} is not supported: megatron-core "
-                              "derives it from factor, mscale and mscale_all_dim")
+        raise _refuse(
+            "yarn",
+            f"with attention_factor={scaling['attention_factor']!r} is not supported: megatron-core "
+            "derives it from factor, mscale and mscale_all_dim",
+        )
     # transformers' order: a top-level original_max_position_embeddings (Phi-3's), rope_scaling's, max_position_embeddings.
     original = top_level_original or scaling.get("original_max_position_embeddings") or max_position_embeddings
     if not isinstance(original, int) or isinstance(original, bool) or original < 1:
-        raise _refuse("yarn", f"with original_max_position_embeddings={original!r} is not supported: it must be a "
-                              "positive whole number")
+        raise _refuse("yarn", f"with original_max_position_embeddings={original!r} is not supported: it must be a positive whole number")
     betas = {}
     for key, default in (("beta_fast", 32.0), ("beta_slow", 1.0)):
         value = scaling.get(key, default)
@@ -127,9 +136,14 @@ def _yarn(scaling: Mapping[str, Any], max_position_embeddings: int | None, top_l
     # transformers and vLLM take the ratio only where both are set and non-zero, else get_mscale(factor): the same as
     # megatron-core's ratio with mscale 1 over mscale_all_dim 0.
     both = bool(mscale) and bool(mscale_all_dim)
-    return YarnScaling(factor=factor, original_max_position_embeddings=original, **betas,
-                       mscale=float(mscale) if both else 1.0, mscale_all_dim=float(mscale_all_dim) if both else 0.0,
-                       truncate=truncate)
+    return YarnScaling(
+        factor=factor,
+        original_max_position_embeddings=original,
+        **betas,
+        mscale=float(mscale) if both else 1.0,
+        mscale_all_dim=float(mscale_all_dim) if both else 0.0,
+        truncate=truncate,
+    )
 
 
 def rope_scaling_factor(scaling: Mapping[str, Any], accepted: tuple[str, ...] = SUPPORTED_ROPE_SCALING) -> float | None:

@@ -25,8 +25,9 @@ def char_tokenizer():
     # Specials first, then single characters.
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"<\|im_start\|>|<\|im_end\|>|<pad>|[\s\S]"), behavior="isolated")
     core.add_special_tokens(SPECIALS)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>",
-                                        bos_token="<|im_start|>", unk_token="<pad>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<|im_end|>", bos_token="<|im_start|>", unk_token="<pad>"
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -35,8 +36,16 @@ def char_tokenizer():
 NOT_TAKEN = ("rope_scaling", "rope_parameters", "rope_theta", "rms_norm_eps")
 
 
-def tiny_config(family: str = "llama", *, layers: int = 2, hidden: int = 128, vocab: int = 128,
-                bos: int | None = None, eos: int | None = None, pad: int | None = None) -> dict:
+def tiny_config(
+    family: str = "llama",
+    *,
+    layers: int = 2,
+    hidden: int = 128,
+    vocab: int = 128,
+    bos: int | None = None,
+    eos: int | None = None,
+    pad: int | None = None,
+) -> dict:
     """A tiny config.json of `family` (engine/models/families/): its example config's own fields (experts, biases,
     windows off) at the tiny shape, with head size 64, as vLLM's CPU attention needs."""
     from .families import FAMILIES
@@ -47,9 +56,19 @@ def tiny_config(family: str = "llama", *, layers: int = 2, hidden: int = 128, vo
         raise ValueError(f"hidden={hidden}: a tiny model's heads are 64 wide, so hidden must be a multiple of 64")
     example = FAMILIES[family].example
     config = {k: v for k, v in example.items() if k not in NOT_TAKEN}
-    config.update(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=hidden // 64, num_key_value_heads=hidden // 64, max_position_embeddings=512,
-                  tie_word_embeddings=True, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    config.update(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=bos,
+        eos_token_id=eos,
+        pad_token_id=pad,
+    )
     if "head_dim" in example:
         config["head_dim"] = 64
     if "moe_intermediate_size" in example:
@@ -65,8 +84,15 @@ def make_tiny_model(out: Path, *, layers: int = 2, hidden: int = 128, seed: int 
 
     tokenizer = char_tokenizer()
     vocab = 128  # the ~100 tokens, rounded up so that TP=2 and TP=4 split the vocabulary evenly
-    config = tiny_config(family, layers=layers, hidden=hidden, vocab=vocab, bos=tokenizer.bos_token_id,
-                         eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id)
+    config = tiny_config(
+        family,
+        layers=layers,
+        hidden=hidden,
+        vocab=vocab,
+        bos=tokenizer.bos_token_id,
+        eos=tokenizer.eos_token_id,
+        pad=tokenizer.pad_token_id,
+    )
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**config)).float()
     with torch.no_grad():  # what transformers starts at a constant a test would not see moved or lost: drawn

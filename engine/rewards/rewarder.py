@@ -18,6 +18,7 @@ from ..config.reward import RewardSpec
 from ..config.termination import NotRetryable
 from .rules import RULES, RewardFn
 
+
 class RewardError(NotRetryable, ValueError):
     """A reward source that cannot be built or called; the message names the field."""
 
@@ -85,7 +86,7 @@ class RewardModel:
         out: list[float] = []
         texts = [p + r for p, r in zip(prompts, responses)]
         for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+            enc = self.tokenizer(texts[start : start + self.batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
             with torch.no_grad():
                 out += self.model(**enc).logits[:, 0].float().tolist()
         return out
@@ -115,20 +116,29 @@ class Rewarder:
         if spec.python is not None:
             path = Path(spec.python.path).expanduser()
             path = path if path.is_absolute() else base_dir / path
-            parts.append(WeightedReward(f"python:{spec.python.function}", 1.0,
-                                        load_python_reward(path, spec.python.function), {}))
+            parts.append(WeightedReward(f"python:{spec.python.function}", 1.0, load_python_reward(path, spec.python.function), {}))
         if spec.model is not None:
             parts.append(WeightedReward("model", 1.0, remote_model or RewardModel(spec.model, base_dir), {}))
         self.parts = parts
 
-    def score(self, prompts: Sequence[str], responses: Sequence[str], answers: Sequence[str | None],
-              messages: Sequence[list[dict[str, Any]]] | None = None) -> tuple[list[float], dict[str, float]]:
+    def score(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        answers: Sequence[str | None],
+        messages: Sequence[list[dict[str, Any]]] | None = None,
+    ) -> tuple[list[float], dict[str, float]]:
         """Per-response rewards and the mean of each source (for metrics)."""
         detailed = self.score_sources(prompts, responses, answers, messages)
         return detailed.totals, detailed.means
 
-    def score_sources(self, prompts: Sequence[str], responses: Sequence[str], answers: Sequence[str | None],
-                      messages: Sequence[list[dict[str, Any]]] | None = None) -> "SourceScores":
+    def score_sources(
+        self,
+        prompts: Sequence[str],
+        responses: Sequence[str],
+        answers: Sequence[str | None],
+        messages: Sequence[list[dict[str, Any]]] | None = None,
+    ) -> "SourceScores":
         """Per-response rewards, and each source's own rewards and weight (GDPO normalises each source apart).
 
         `messages`: multi-turn rollouts' whole conversations (prompt, the policy's turns, tool

@@ -48,5 +48,3 @@ def length_penalty(prompt: str, response: str, answer: str | None, max_chars: in
 
 
 RULES: dict[str, RewardFn] = {"math_answer": math_answer, "format": format_match, "length_penalty": length_penalty}
-
-

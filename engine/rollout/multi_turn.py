@@ -35,8 +35,15 @@ MAX_CONCURRENT_STEPS = 64
 
 
 class MultiTurnRollout:
-    def __init__(self, generator: Generator, renderer: ChatRenderer, setup: EnvironmentSetup, encoder: PromptEncoder,
-                 max_prompt_length: int, stop_ids: tuple[int, ...]):
+    def __init__(
+        self,
+        generator: Generator,
+        renderer: ChatRenderer,
+        setup: EnvironmentSetup,
+        encoder: PromptEncoder,
+        max_prompt_length: int,
+        stop_ids: tuple[int, ...],
+    ):
         self.generator, self.renderer, self.setup, self.encoder = generator, renderer, setup, encoder
         self.max_prompt_length, self.stop_ids = max_prompt_length, stop_ids
         self.spec = setup.spec
@@ -63,15 +70,16 @@ class MultiTurnRollout:
         messages = None
         if self.leader:
             # Each sample has its environment; the prompt is the first's (reset must depend on the example only).
-            messages = [[env.reset(examples[i], [dict(m) for m in self.encoder.messages(examples[i])]) for env in envs[i]][0]
-                        for i in rows]
+            messages = [[env.reset(examples[i], [dict(m) for m in self.encoder.messages(examples[i])]) for env in envs[i]][0] for i in rows]
         messages = self._share(messages)  # one gather for all rows: every rank of the world gathers alike
         builders, prompts = [], []
         for i, conversation in zip(rows, messages):
             ids = self.renderer.prompt_ids(conversation)
             if len(ids) > self.max_prompt_length:
-                raise DataError(f"{examples[i].where}: the prompt has {len(ids)} tokens with the tools described, more than "
-                                f"data.maxPromptLength = {self.max_prompt_length}")
+                raise DataError(
+                    f"{examples[i].where}: the prompt has {len(ids)} tokens with the tools described, more than "
+                    f"data.maxPromptLength = {self.max_prompt_length}"
+                )
             prompts.append(ids)
             builders += [Builder(i, conversation, env) for env in envs[i]]
         return prompts, builders
@@ -79,8 +87,11 @@ class MultiTurnRollout:
     def _generate(self, prompts: list[list[int]], sampling: Sampling, limits: list[int], seed: int, n: int):
         rollout = self.generator.rollout
         torch.manual_seed(seed)
-        return rollout.generate(prompts, Sampling(sampling.max_new_tokens, sampling.temperature, sampling.top_p,
-                                                  sampling.top_k, n, sampling.stop_token_ids), limits)
+        return rollout.generate(
+            prompts,
+            Sampling(sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.top_k, n, sampling.stop_token_ids),
+            limits,
+        )
 
     def _steps(self, stepping: list[Builder]) -> list[Observation]:
         if not self.leader or not stepping:
@@ -91,9 +102,13 @@ class MultiTurnRollout:
     def _replica(self, examples: list[Example], rows: range, sampling: Sampling, seed: int) -> tuple[list[list[int]], list[Trajectory]]:
         spec, budget = self.spec, self.spec.max_total_tokens
         prompts, builders = self._start(examples, rows, sampling.n)
-        first = self._generate(prompts, sampling, [min(sampling.max_new_tokens, budget)] * len(prompts), seed, sampling.n) if prompts else []
+        first = (
+            self._generate(prompts, sampling, [min(sampling.max_new_tokens, budget)] * len(prompts), seed, sampling.n) if prompts else []
+        )
         for builder, completion in zip(builders, first):
-            builder.add_turn(completion, self.renderer.assistant_text(completion.token_ids, _stop(completion, self.stop_ids)), self.stop_ids)
+            builder.add_turn(
+                completion, self.renderer.assistant_text(completion.token_ids, _stop(completion, self.stop_ids)), self.stop_ids
+            )
         live = builders
         for turn in range(1, spec.max_turns + 1):
             # Every turn goes to its environment (the last one too: its reward counts; one cut off at
@@ -116,11 +131,13 @@ class MultiTurnRollout:
                     continue  # every rank of the actor's world loops alike (the gathers of _share)
                 break
             limits = [min(sampling.max_new_tokens, budget - len(b.tokens)) for b in live]
-            outputs = self._generate([prompts[rows.index(b.prompt_index)] + b.tokens for b in live], sampling, limits,
-                                     seed + turn * TURN_SEED, 1)
+            outputs = self._generate(
+                [prompts[rows.index(b.prompt_index)] + b.tokens for b in live], sampling, limits, seed + turn * TURN_SEED, 1
+            )
             for builder, completion in zip(live, outputs):
-                builder.add_turn(completion, self.renderer.assistant_text(completion.token_ids, _stop(completion, self.stop_ids)),
-                                 self.stop_ids)
+                builder.add_turn(
+                    completion, self.renderer.assistant_text(completion.token_ids, _stop(completion, self.stop_ids)), self.stop_ids
+                )
         return prompts, [b.build() for b in builders]
 
     # -- across the replicas ----------------------------------------------------------------------------

@@ -21,12 +21,20 @@ from ..training.policy import MegatronLM
 
 
 class HybridSwitch:
-    def __init__(self, actor: MegatronLM, critic: MegatronLM | None, rollout: Any, resharder: Any,
-                 adapter: Any = None, adapter_config: dict | None = None):
+    def __init__(
+        self,
+        actor: MegatronLM,
+        critic: MegatronLM | None,
+        rollout: Any,
+        resharder: Any,
+        adapter: Any = None,
+        adapter_config: dict | None = None,
+    ):
         self.actor, self.critic, self.rollout, self.resharder = actor, critic, rollout, resharder
         self.adapter, self.adapter_config = adapter, adapter_config
-        self.full_bytes = float(sum(piece.numel() for bucket in resharder.plan for unit in bucket
-                                    for piece in unit.pieces) * resharder.element_size)
+        self.full_bytes = float(
+            sum(piece.numel() for bucket in resharder.plan for unit in bucket for piece in unit.pieces) * resharder.element_size
+        )
         """The model's bytes: what the full-weight switch hands vLLM."""
         self.generating = False
         self.weights_current = False
@@ -56,8 +64,14 @@ class HybridSwitch:
         handed = self.rollout.update_adapter(tensors, self.adapter_config)
         seconds = time.perf_counter() - started
         received = self.adapter.stats.history[-1]["bytes_received"]
-        return {"reshard_seconds": seconds, "reshard_bytes": float(received), "switch_bytes": float(handed),
-                "adapter_bytes": float(handed), "adapter_received_bytes": float(received), "adapter_seconds": seconds}
+        return {
+            "reshard_seconds": seconds,
+            "reshard_bytes": float(received),
+            "switch_bytes": float(handed),
+            "adapter_bytes": float(handed),
+            "adapter_received_bytes": float(received),
+            "adapter_seconds": seconds,
+        }
 
     def to_training(self) -> None:
         """Into training mode (nothing to do when already there). On CPU nothing moves."""

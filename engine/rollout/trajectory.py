@@ -76,7 +76,17 @@ class Builder:
         self.messages += messages
 
     def build(self) -> Trajectory:
-        return Trajectory(self.prompt_index, MaskedTokens(self.tokens, self.mask), self.logprobs, self.finished_by_stop,
-                          messages=self.messages, response=self.last_text, env_reward=self.reward, turns=self.turns,
-                          tool_calls=self.calls, tool_errors=self.errors, tool_timeouts=self.timeouts,
-                          tool_seconds=tuple(self.tool_seconds))
+        return Trajectory(
+            self.prompt_index,
+            MaskedTokens(self.tokens, self.mask),
+            self.logprobs,
+            self.finished_by_stop,
+            messages=self.messages,
+            response=self.last_text,
+            env_reward=self.reward,
+            turns=self.turns,
+            tool_calls=self.calls,
+            tool_errors=self.errors,
+            tool_timeouts=self.timeouts,
+            tool_seconds=tuple(self.tool_seconds),
+        )

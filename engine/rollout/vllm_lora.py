@@ -57,8 +57,12 @@ def _install(worker, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -
     model = manager._adapter_manager.model
     mapper = getattr(model, "hf_to_vllm_mapper", None)
     lora = LoRAModel.from_lora_tensors(
-        lora_model_id=ADAPTER_ID, tensors=tensors, peft_helper=helper, device="cpu",
-        dtype=manager.lora_config.lora_dtype, model_vocab_size=manager.vocab_size,
+        lora_model_id=ADAPTER_ID,
+        tensors=tensors,
+        peft_helper=helper,
+        device="cpu",
+        dtype=manager.lora_config.lora_dtype,
+        model_vocab_size=manager.vocab_size,
         weights_mapper=mapper.get_rename_mapper() if mapper is not None else None,
         skip_prefixes=getattr(model, "lora_skip_prefixes", None),
     )

@@ -36,22 +36,39 @@ def check_algorithm(algorithm: AlgorithmSpec, samples: int, tis: bool) -> Algori
         raise ConfigError(f"algorithm.name: {algorithm.name!r} is not a registered preset (known: {', '.join(A.PRESETS)})")
     preset = A.preset_entry(algorithm.name)
     if algorithm.preset is None and (preset.pairs or preset.needs_reference or preset.options is not None):
-        raise ConfigError(f"algorithm.name: the plug-in preset {preset.name} trains on pairs, needs a reference or has a block "
-                          "of options; a plug-in preset must do without (the API cannot hold a job to its traits)")
+        raise ConfigError(
+            f"algorithm.name: the plug-in preset {preset.name} trains on pairs, needs a reference or has a block "
+            "of options; a plug-in preset must do without (the API cannot hold a job to its traits)"
+        )
     choice = A.choice_of(algorithm)
-    for field, name, entries in (("advantage", choice.advantage, A.ADVANTAGES), ("policyLoss", choice.policy_loss, A.POLICY_LOSSES),
-                                 ("step", choice.step, STEPS)):
+    for field, name, entries in (
+        ("advantage", choice.advantage, A.ADVANTAGES),
+        ("policyLoss", choice.policy_loss, A.POLICY_LOSSES),
+        ("step", choice.step, STEPS),
+    ):
         if name and name not in entries:
             raise ConfigError(f"algorithm.{field}.name: {name!r} is not registered (known: {', '.join(sorted(entries))})")
     pair_presets = [p.name for p in A.PRESETS.values() if p.pairs]
     step = STEPS[choice.step]
     if step.on_policy == preset.pairs:
-        raise ConfigError(f"algorithm.step.name: {step.name} " + (f"trains on preference pairs: it is {_words(pair_presets)}'s step"
-                          if not step.on_policy else f"generates and scores; {preset.name} trains on given pairs"))
+        raise ConfigError(
+            f"algorithm.step.name: {step.name} "
+            + (
+                f"trains on preference pairs: it is {_words(pair_presets)}'s step"
+                if not step.on_policy
+                else f"generates and scores; {preset.name} trains on given pairs"
+            )
+        )
     loss = A.policy_loss_entry(choice.policy_loss)
     if loss.pairs != preset.pairs:
-        raise ConfigError(f"algorithm.policyLoss.name: {loss.name} " + (f"reads preference pairs: it is for {_words(pair_presets)}"
-                          if loss.pairs else f"does not read preference pairs, which {preset.name} trains on"))
+        raise ConfigError(
+            f"algorithm.policyLoss.name: {loss.name} "
+            + (
+                f"reads preference pairs: it is for {_words(pair_presets)}"
+                if loss.pairs
+                else f"does not read preference pairs, which {preset.name} trains on"
+            )
+        )
     if tis and loss.corrects_rollout:
         raise ConfigError(f"algorithm.tis: {loss.name} corrects the rollout's tokens with weights of its own; remove tis")
     _bounds("policyLoss", loss, choice.policy_loss_options)
@@ -59,13 +76,17 @@ def check_algorithm(algorithm: AlgorithmSpec, samples: int, tis: bool) -> Algori
     if estimator is not None:
         _bounds("advantage", estimator, choice.advantage_options)
         if samples < estimator.min_samples:
-            raise ConfigError(f"rollout.samplesPerPrompt: {algorithm.name} ({estimator.name}) needs at least "
-                              f"{estimator.min_samples} samples per prompt")
+            raise ConfigError(
+                f"rollout.samplesPerPrompt: {algorithm.name} ({estimator.name}) needs at least {estimator.min_samples} samples per prompt"
+            )
         asked = [k for k, v in estimator.group_options.items() if choice.advantage_options.get(k) == v]
         if asked and samples < 2:
-            raise ConfigError(f"rollout.samplesPerPrompt: {estimator.name}'s {option_manifest_name(asked[0])} compares a prompt's "
-                              "samples; with one sample per prompt there is nothing to compare")
+            raise ConfigError(
+                f"rollout.samplesPerPrompt: {estimator.name}'s {option_manifest_name(asked[0])} compares a prompt's "
+                "samples; with one sample per prompt there is nothing to compare"
+            )
     if choice.step == "dynamic_sampling" and samples < 2:
-        raise ConfigError("rollout.samplesPerPrompt: dynamic sampling keeps groups whose samples' rewards differ; "
-                          "it needs at least 2 samples per prompt")
+        raise ConfigError(
+            "rollout.samplesPerPrompt: dynamic sampling keeps groups whose samples' rewards differ; it needs at least 2 samples per prompt"
+        )
     return choice

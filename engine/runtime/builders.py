@@ -61,8 +61,14 @@ class ModelFiles:
 def model_files(config: EngineConfig, base_dir: Path) -> ModelFiles:
     folder = model_folder(config.model, base_dir)
     hf_config = read_hf_config(folder)
-    return ModelFiles(folder, hf_config, LlamaArch.from_hf_config(hf_config), torch_dtype(config.model.dtype),
-                      layout_options(config.trainer), policy_temperature(config))
+    return ModelFiles(
+        folder,
+        hf_config,
+        LlamaArch.from_hf_config(hf_config),
+        torch_dtype(config.model.dtype),
+        layout_options(config.trainer),
+        policy_temperature(config),
+    )
 
 
 def build_tokenizer(config: EngineConfig, files: ModelFiles, base_dir: Path) -> PreTrainedTokenizerBase:
@@ -81,12 +87,21 @@ def build_actor(config: EngineConfig, files: ModelFiles, hf_state: Mapping[str, 
     """The policy that trains: with an optimizer, and with adapters when the job trains LoRA."""
     trainer = config.trainer
     with loading("actor"):
-        return MegatronLM(files.arch, hf_state, dtype=files.dtype, optimizer=trainer.optimizer, logit_temperature=files.temperature,
-                          lora=trainer.lora, lora_seed=trainer.seed, **files.layout)
+        return MegatronLM(
+            files.arch,
+            hf_state,
+            dtype=files.dtype,
+            optimizer=trainer.optimizer,
+            logit_temperature=files.temperature,
+            lora=trainer.lora,
+            lora_seed=trainer.seed,
+            **files.layout,
+        )
 
 
-def build_reference(config: EngineConfig, files: ModelFiles, hf_state: Mapping[str, torch.Tensor],
-                    actor: MegatronLM | None = None) -> MegatronLM | AdapterOff:
+def build_reference(
+    config: EngineConfig, files: ModelFiles, hf_state: Mapping[str, torch.Tensor], actor: MegatronLM | None = None
+) -> MegatronLM | AdapterOff:
     """The frozen reference policy. A LoRA job's is its (colocated) `actor` with the adapter off: the base
     weights exist once (checks.py refuses a LoRA job's reference on ranks of its own)."""
     if config.trainer.lora is not None:
@@ -115,10 +130,28 @@ def build_resharder(files: ModelFiles, place: ModelPlace, tg: int) -> Resharder:
     """The training->generation switch for this rank's place in the actor's layout, for vLLM replicas
     of `tg` ranks; a layout it cannot serve is the job's error."""
     try:
-        experts = dict(ep=place.ep, ep_rank=place.ep_rank, expert_ranks=expert_parallel_ranks(),
-                       expert_group=ps.get_expert_tensor_model_pipeline_parallel_group()) if files.arch.is_moe else {}
-        return Resharder(files.arch, place.tp, place.pp, place.pp_rank, place.tp_rank, model_parallel_ranks(),
-                         ps.get_model_parallel_group(), dtype=files.dtype, tg=tg, **experts)
+        experts = (
+            dict(
+                ep=place.ep,
+                ep_rank=place.ep_rank,
+                expert_ranks=expert_parallel_ranks(),
+                expert_group=ps.get_expert_tensor_model_pipeline_parallel_group(),
+            )
+            if files.arch.is_moe
+            else {}
+        )
+        return Resharder(
+            files.arch,
+            place.tp,
+            place.pp,
+            place.pp_rank,
+            place.tp_rank,
+            model_parallel_ranks(),
+            ps.get_model_parallel_group(),
+            dtype=files.dtype,
+            tg=tg,
+            **experts,
+        )
     except ValueError as exc:
         raise ConfigError(f"roles.actor.layout.rolloutTp: {exc}") from None
 
@@ -128,8 +161,9 @@ def build_trackers(config: EngineConfig, run_dir: Path, ids_dir: Path, resumed_a
     from the step after `resumed_at`; None when the job tracks nothing."""
     if not config.tracking:
         return None
-    return Trackers(config.tracking, job=config.job, run_dir=run_dir, ids_dir=ids_dir,
-                    params=flat_params(config.to_manifest()), resumed_at=resumed_at)
+    return Trackers(
+        config.tracking, job=config.job, run_dir=run_dir, ids_dir=ids_dir, params=flat_params(config.to_manifest()), resumed_at=resumed_at
+    )
 
 
 @dataclass(frozen=True)
@@ -144,8 +178,17 @@ class RolloutParts:
     """The multi-turn rollout (tools, environments), or None."""
 
 
-def build_rollout(config: EngineConfig, files: ModelFiles, actor: MegatronLM, critic: MegatronLM | None, agents: Any,
-                  encoder: PromptEncoder, stop_ids: tuple[int, ...], rank: int, world: int) -> RolloutParts:
+def build_rollout(
+    config: EngineConfig,
+    files: ModelFiles,
+    actor: MegatronLM,
+    critic: MegatronLM | None,
+    agents: Any,
+    encoder: PromptEncoder,
+    stop_ids: tuple[int, ...],
+    rank: int,
+    world: int,
+) -> RolloutParts:
     """vLLM replicas of rollout_tp consecutive ranks each (rollout_tp = 1: one per rank), the generator
     over them, and the switch that sends them the actor's weights (only its adapter with LoRA)."""
     # vLLM is imported only by a job that generates: a preference job runs without it.
@@ -157,10 +200,17 @@ def build_rollout(config: EngineConfig, files: ModelFiles, actor: MegatronLM, cr
     assert spec is not None
     tp = config.roles["actor"].rollout_tp
     resharder = build_resharder(files, actor.place, tp)  # refuses a layout it cannot serve before vLLM starts
-    rollout = VLLMRollout(files.folder, dtype=vllm_dtype(files.dtype), seed=seed + rank // tp,
-                          max_model_len=config.data.max_prompt_length + spec.max_response_tokens,
-                          kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
-                          tensor_parallel_size=tp, skip_tokenizer_init=True, lora_rank=lora.rank if lora else None)
+    rollout = VLLMRollout(
+        files.folder,
+        dtype=vllm_dtype(files.dtype),
+        seed=seed + rank // tp,
+        max_model_len=config.data.max_prompt_length + spec.max_response_tokens,
+        kv_cache_bytes=spec.kv_cache_bytes,
+        gpu_memory_utilization=spec.gpu_memory_utilization,
+        tensor_parallel_size=tp,
+        skip_tokenizer_init=True,
+        lora_rank=lora.rank if lora else None,
+    )
     generator = Generator(rollout, rank, world, tp)
     multi_turn = multi_turn_run.multi_turn_rollout(agents, generator, encoder, config, stop_ids) if agents is not None else None
     adapter = lora_run.adapter_gather(files.arch, lora, actor.place) if lora else None

@@ -75,13 +75,23 @@ def _bound(b: Bound) -> str:
 
 
 def _options(entry: object) -> dict[str, object]:
-    return {option_manifest_name(name): (None if default is inspect.Parameter.empty else default) for name, default in entry.options.items()}
+    return {
+        option_manifest_name(name): (None if default is inspect.Parameter.empty else default) for name, default in entry.options.items()
+    }
 
 
 def _traits(entry: object, names: tuple[str, ...]) -> str:
     """Keyword arguments for the entry's traits that differ from CatalogEntry's defaults."""
-    defaults = {"needs_critic": False, "min_samples": 1, "needs_greedy": False, "needs_pi_squared": False, "group_options": {},
-                "pairs": False, "corrects_rollout": False, "on_policy": True}
+    defaults = {
+        "needs_critic": False,
+        "min_samples": 1,
+        "needs_greedy": False,
+        "needs_pi_squared": False,
+        "group_options": {},
+        "pairs": False,
+        "corrects_rollout": False,
+        "on_policy": True,
+    }
     out = []
     for name in names:
         value = getattr(entry, name)
@@ -141,8 +151,16 @@ def generate() -> str:
         block = p.options.__name__ if p.options is not None else "None"
         traits = "".join(f", {t}=True" for t in ("pairs", "needs_reference") if getattr(p, t))
         lines.append(f"    {p.name!r}: PresetEntry({p.summary!r}, {p.advantage!r}, {p.policy_loss!r}, {p.step!r}, {block}{traits}),")
-    lines += ["}", "", f"AlgorithmName = Literal[{', '.join(repr(p.name) for p in presets)}]", "", "",
-              "class PresetBlocks(SpecModel):", '    """Each preset\'s own block of options, by the preset\'s name: a block applies only with its preset."""', ""]
+    lines += [
+        "}",
+        "",
+        f"AlgorithmName = Literal[{', '.join(repr(p.name) for p in presets)}]",
+        "",
+        "",
+        "class PresetBlocks(SpecModel):",
+        '    """Each preset\'s own block of options, by the preset\'s name: a block applies only with its preset."""',
+        "",
+    ]
     for p in presets:
         if p.options is not None:
             lines += [f"    {p.name}: {p.options.__name__} | None = None", f'    """{p.name}\'s options (only with name: {p.name})."""']

@@ -27,8 +27,19 @@ from ..config.progress import CheckpointStatus
 from ..config.topology import EngineConfig
 from .checkpoint_safety import CheckpointError, load_part
 
-__all__ = ["CheckpointError", "checkpoint_root", "commit", "complete_steps", "load", "prepare", "rng_state",
-           "set_rng_state", "status", "step_dir", "write_part"]
+__all__ = [
+    "CheckpointError",
+    "checkpoint_root",
+    "commit",
+    "complete_steps",
+    "load",
+    "prepare",
+    "rng_state",
+    "set_rng_state",
+    "status",
+    "step_dir",
+    "write_part",
+]
 
 _STEP = re.compile(r"^step-(\d{8})$")
 
@@ -104,8 +115,7 @@ def load(root: Path, step: int, rank: int, world_size: int) -> dict[str, Any]:
     folder = step_dir(root, step)
     meta = json.loads((folder / "meta.json").read_text())
     if meta["world_size"] != world_size:
-        raise RuntimeError(f"{folder} was written by {meta['world_size']} ranks; this run has {world_size}: "
-                           "resume needs the same layout")
+        raise RuntimeError(f"{folder} was written by {meta['world_size']} ranks; this run has {world_size}: resume needs the same layout")
     return load_part(folder / f"rank-{rank:05d}.pt")
 
 

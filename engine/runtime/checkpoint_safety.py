@@ -43,17 +43,24 @@ def load_part(path: Path) -> dict[str, Any]:
             state = torch.load(path, weights_only=True)  # tensors back on the device they were saved from, as before
     except pickle.UnpicklingError as exc:
         refused = _refused_globals(path)
-        what = f"it names code to run while loading ({', '.join(refused)})" if refused else f"it is not a safe checkpoint ({_first_line(exc)})"
+        what = (
+            f"it names code to run while loading ({', '.join(refused)})" if refused else f"it is not a safe checkpoint ({_first_line(exc)})"
+        )
         raise CheckpointError(
             f"checkpoint part {path} refused: {what}; a kuberl checkpoint holds tensors, numbers and RNG state only. "
             "It was not written by kuberl or was tampered with: delete its step folder to resume from an earlier "
-            "checkpoint, or from the start") from None
+            "checkpoint, or from the start"
+        ) from None
     except (OSError, RuntimeError, EOFError) as exc:
-        raise CheckpointError(f"checkpoint part {path} cannot be read ({_first_line(exc)}): it is damaged or incomplete; "
-                              "delete its step folder to resume from an earlier checkpoint") from None
+        raise CheckpointError(
+            f"checkpoint part {path} cannot be read ({_first_line(exc)}): it is damaged or incomplete; "
+            "delete its step folder to resume from an earlier checkpoint"
+        ) from None
     if not isinstance(state, dict):
-        raise CheckpointError(f"checkpoint part {path} holds a {type(state).__name__}, not a rank's state: "
-                              "delete its step folder to resume from an earlier checkpoint")
+        raise CheckpointError(
+            f"checkpoint part {path} holds a {type(state).__name__}, not a rank's state: "
+            "delete its step folder to resume from an earlier checkpoint"
+        )
     return state
 
 

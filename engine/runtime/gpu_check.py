@@ -31,8 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-PROMPT_IDS = [[1, 9690, 198, 2683, 314, 216, 33, 34, 1232, 216, 39, 47, 2, 198, 1, 520, 9531, 198],
-              [1, 9690, 198, 2683, 314, 216, 36, 1232, 216, 41, 2, 198, 1, 520, 9531, 198]]
+PROMPT_IDS = [
+    [1, 9690, 198, 2683, 314, 216, 33, 34, 1232, 216, 39, 47, 2, 198, 1, 520, 9531, 198],
+    [1, 9690, 198, 2683, 314, 216, 36, 1232, 216, 41, 2, 198, 1, 520, 9531, 198],
+]
 SAMPLES = 4
 # fp32 log-probs of two attention implementations: 1e-5 on CPU (tests/rl/test_packing.py); CUDA's
 # kernels sum in other orders.
@@ -47,8 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu", action="store_true", help="run on CPU in fp32, without the device-memory checks")
-    parser.add_argument("--model", type=Path, help="a Hugging Face Llama-family folder (default: SmolLM2-135M-Instruct "
-                        "where its package is installed, else a random model of about 85M parameters made here)")
+    parser.add_argument(
+        "--model",
+        type=Path,
+        help="a Hugging Face Llama-family folder (default: SmolLM2-135M-Instruct "
+        "where its package is installed, else a random model of about 85M parameters made here)",
+    )
     parser.add_argument("--port", type=int, default=29555, help="the one-rank world's TCPStore port")
     parser.add_argument("--out", type=Path, help="also write the report here (JSON)")
 
@@ -84,8 +90,13 @@ def run(args: argparse.Namespace) -> int:
     report: dict = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "dtype": str(dtype)}
 
     started = time.perf_counter()
-    rollout = VLLMRollout(folder, dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
-                          gpu_memory_utilization=0.3, kv_cache_bytes=64 << 20, max_model_len=512)
+    rollout = VLLMRollout(
+        folder,
+        dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+        gpu_memory_utilization=0.3,
+        kv_cache_bytes=64 << 20,
+        max_model_len=512,
+    )
     report["vllm_start_seconds"] = round(time.perf_counter() - started, 1)
     batch = sampled_batch(rollout, prompts, report)
 
@@ -159,8 +170,7 @@ def train_switch_and_train_again(arch, state, dtype, batch, prompts, rollout, re
         return -(response_logprobs_from_logits(logits, mb).sum() / totals.tokens), {}
 
     # A large step, so that one update moves bf16 weights visibly.
-    lm = MegatronLM(arch, state, dtype=dtype, optimizer=OptimizerSpec.model_validate({"lr": 1e-3}),
-                    packed=True, share_prefix=True)
+    lm = MegatronLM(arch, state, dtype=dtype, optimizer=OptimizerSpec.model_validate({"lr": 1e-3}), packed=True, share_prefix=True)
     micro_batches = lm.micro_batches(batch, SAMPLES)
     first = lm.train_step(micro_batches, nll, 1e-3, UpdateTotals.alone(micro_batches))
     report["train_step_seconds"] = round(first["backward_seconds"] + first["optimizer_seconds"], 3)

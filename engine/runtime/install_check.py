@@ -66,8 +66,13 @@ def _torch() -> list[Part]:
         import torch
     except Exception as exc:  # noqa: BLE001 - an install check reports every failure as a line
         return [Part("torch", False, f"does not import: {exc}")]
-    parts = [Part("torch", torch.version.cuda is not None,
-                  f"{torch.__version__}, CUDA {torch.version.cuda}" if torch.version.cuda else f"{torch.__version__}, a CPU-only build")]
+    parts = [
+        Part(
+            "torch",
+            torch.version.cuda is not None,
+            f"{torch.__version__}, CUDA {torch.version.cuda}" if torch.version.cuda else f"{torch.__version__}, a CPU-only build",
+        )
+    ]
     try:
         cudnn = torch.backends.cudnn.version()
         parts.append(Part("cuDNN", cudnn is not None, f"{cudnn}" if cudnn else "not loadable"))
@@ -135,7 +140,11 @@ def _gpus() -> tuple[int, str]:
     except Exception as exc:  # noqa: BLE001
         return 0, f"no GPU present (torch cannot ask the driver: {exc})"
     if count == 0:
-        driver = "no NVIDIA driver is mounted" if not any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0")) else "the driver sees none"
+        driver = (
+            "no NVIDIA driver is mounted"
+            if not any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/nvidia0"))
+            else "the driver sees none"
+        )
         return 0, f"no GPU present ({driver}): on a GPU node the container runtime provides the driver and devices"
     names = ", ".join(torch.cuda.get_device_name(i) for i in range(count))
     return count, f"{count} GPU(s): {names}"

@@ -44,4 +44,5 @@ def loading(role: str, parameters: int | None = None) -> Iterator[None]:
         raise OutOfMemoryAtLoad(
             f"roles.{role}: the model{size} ran out of memory while it loaded ({_device_memory()}): {exc}. "
             f"Split it over more ranks (roles.{role}.layout tp/pp), give its pods more memory "
-            f"(roles.{role}.resources) or larger GPUs, or train LoRA adapters (trainer.lora)") from exc
+            f"(roles.{role}.resources) or larger GPUs, or train LoRA adapters (trainer.lora)"
+        ) from exc

@@ -30,8 +30,9 @@ def adapter_gather(arch: LlamaArch, spec: LoRASpec, place: Any) -> AdapterGather
     """The adapter's switch for this rank's place (a training.policy.ModelPlace) in the actor's layout."""
     from megatron.core import parallel_state as ps
 
-    return AdapterGather(arch, list(spec.target_modules), (place.pp_rank, place.tp_rank), ps.get_model_parallel_group(),
-                         place.tp * place.pp)
+    return AdapterGather(
+        arch, list(spec.target_modules), (place.pp_rank, place.tp_rank), ps.get_model_parallel_group(), place.tp * place.pp
+    )
 
 
 def base_reference(folder: Path, hf_config: dict, spec: LoRASpec) -> dict[str, Any]:
@@ -50,8 +51,7 @@ def check_base(step_folder: Path, folder: Path, hf_config: dict, spec: LoRASpec)
         raise RuntimeError(f"the checkpoint's adapter was trained on {saved['path']}, whose config differs from {folder}'s")
 
 
-def export(gather: AdapterGather, local: dict, spec: LoRASpec, folder: Path, hf_config: dict, out: Path,
-           is_controller: bool) -> None:
+def export(gather: AdapterGather, local: dict, spec: LoRASpec, folder: Path, hf_config: dict, out: Path, is_controller: bool) -> None:
     """Every rank of the actor: gather the adapter; the controller writes the folders."""
     adapter = gather.gather(local)
     if is_controller:

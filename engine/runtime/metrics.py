@@ -20,37 +20,72 @@ GAUGES: dict[str, tuple[str, str]] = {
     "kuberl_entropy": ("Mean per-token entropy of the policy in the last step", "entropy"),
     "kuberl_response_length_mean": ("Mean response length in tokens in the last step", "response_length_mean"),
     "kuberl_rollout_tokens_per_second": ("Generated tokens per second in the last step's rollout", "rollout_tokens_per_second"),
-    "kuberl_rollout_prefix_cache_hit_ratio": ("Share of the last rollout's prompt tokens vLLM took from its prefix cache (the controller's replica)", "rollout_prefix_cache_hit_ratio"),
-    "kuberl_train_tokens_per_second": ("Positions the actor's model computed per second of forward and backward in the last step's updates", "train_tokens_per_second"),
-    "kuberl_train_positions_per_token": ("Positions the actor computed per token of its sequences in the last step (above 1: padding; below 1: prompts shared by their samples)", "train_positions_per_token"),
+    "kuberl_rollout_prefix_cache_hit_ratio": (
+        "Share of the last rollout's prompt tokens vLLM took from its prefix cache (the controller's replica)",
+        "rollout_prefix_cache_hit_ratio",
+    ),
+    "kuberl_train_tokens_per_second": (
+        "Positions the actor's model computed per second of forward and backward in the last step's updates",
+        "train_tokens_per_second",
+    ),
+    "kuberl_train_positions_per_token": (
+        "Positions the actor computed per token of its sequences in the last step (above 1: padding; below 1: prompts shared by their samples)",
+        "train_positions_per_token",
+    ),
     "kuberl_reshard_seconds": ("Seconds of the last training-to-generation switch", "reshard_seconds"),
     "kuberl_switch_bytes": ("Bytes handed to vLLM in the last training-to-generation switch (with LoRA: the adapter's)", "switch_bytes"),
     "kuberl_switch_full_bytes": ("Bytes of the whole model: what a full-weight switch hands vLLM", "switch_full_bytes"),
-    "kuberl_switch_back_seconds": ("Seconds of the last generation-to-training switch (vLLM sleep, optimizer state back)", "switch_back_seconds"),
+    "kuberl_switch_back_seconds": (
+        "Seconds of the last generation-to-training switch (vLLM sleep, optimizer state back)",
+        "switch_back_seconds",
+    ),
     "kuberl_switch_hidden_share": ("Share of the last step's switches hidden behind reward scoring", "switch_hidden_share"),
     "kuberl_offloaded_bytes": ("Device bytes the trainers freed for the last rollout (0 on CPU)", "offloaded_bytes"),
     "kuberl_validation_reward_mean": ("Mean reward of greedy responses on the validation set", "validation_reward_mean"),
     # The critic's (ppo); absent from steps that train none.
-    "kuberl_critic_vf_clipfrac": ("Share of the critic's response tokens in the last step's updates where the clipped value loss "
-                                  "was the larger, so the one taken (verl's vf_clipfrac)", "critic/vf_clipfrac"),
+    "kuberl_critic_vf_clipfrac": (
+        "Share of the critic's response tokens in the last step's updates where the clipped value loss "
+        "was the larger, so the one taken (verl's vf_clipfrac)",
+        "critic/vf_clipfrac",
+    ),
     # Separate placement (rollout.placement: separate); absent from colocated jobs' steps.
-    "kuberl_staleness": ("Policy versions between the trainer and the oldest token of the last step's batch (at most "
-                         "algorithm.async.maxStaleness)", "staleness"),
-    "kuberl_staleness_mean": ("Mean over the last step's response tokens of the policy versions each is behind the trainer",
-                              "staleness_mean"),
-    "kuberl_weight_sync_seconds": ("Seconds of the weight syncs to the rollout replicas that finished during the last step "
-                                   "(gather, send and load)", "weight_sync_seconds"),
-    "kuberl_weight_sync_bytes": ("Bytes the weight syncs that finished during the last step sent to the rollout replicas",
-                                 "weight_sync_bytes"),
+    "kuberl_staleness": (
+        "Policy versions between the trainer and the oldest token of the last step's batch (at most algorithm.async.maxStaleness)",
+        "staleness",
+    ),
+    "kuberl_staleness_mean": (
+        "Mean over the last step's response tokens of the policy versions each is behind the trainer",
+        "staleness_mean",
+    ),
+    "kuberl_weight_sync_seconds": (
+        "Seconds of the weight syncs to the rollout replicas that finished during the last step (gather, send and load)",
+        "weight_sync_seconds",
+    ),
+    "kuberl_weight_sync_bytes": (
+        "Bytes the weight syncs that finished during the last step sent to the rollout replicas",
+        "weight_sync_bytes",
+    ),
     "kuberl_weight_sync_version": ("The newest policy version the rollout replicas hold", "weight_sync_version"),
     # Multi-turn rollouts (rollout.multiTurn); absent from one-turn jobs' steps.
     "kuberl_tool_calls": ("Tool calls in the last step's multi-turn rollouts", "multi_turn/tool_calls"),
-    "kuberl_tool_errors": ("Tool calls in the last step that were answered with an error message (timeouts included)", "multi_turn/tool_errors"),
+    "kuberl_tool_errors": (
+        "Tool calls in the last step that were answered with an error message (timeouts included)",
+        "multi_turn/tool_errors",
+    ),
     "kuberl_tool_timeouts": ("Tool calls in the last step that ran past their timeout", "multi_turn/tool_timeouts"),
-    "kuberl_tool_seconds_mean": ("Mean wall seconds of the last step's tool calls, as the trainer timed them", "multi_turn/tool_seconds_mean"),
-    "kuberl_tool_seconds_p90": ("90th percentile (nearest rank) of the wall seconds of the last step's tool calls", "multi_turn/tool_seconds_p90"),
+    "kuberl_tool_seconds_mean": (
+        "Mean wall seconds of the last step's tool calls, as the trainer timed them",
+        "multi_turn/tool_seconds_mean",
+    ),
+    "kuberl_tool_seconds_p90": (
+        "90th percentile (nearest rank) of the wall seconds of the last step's tool calls",
+        "multi_turn/tool_seconds_p90",
+    ),
     "kuberl_turns_mean": ("Mean turns of the policy per trajectory in the last step", "multi_turn/turns_mean"),
-    "kuberl_policy_token_share": ("Share of the last step's trajectory tokens that the policy wrote (the rest, tool results and template tokens, are masked out of the loss)", "multi_turn/policy_token_share"),
+    "kuberl_policy_token_share": (
+        "Share of the last step's trajectory tokens that the policy wrote (the rest, tool results and template tokens, are masked out of the loss)",
+        "multi_turn/policy_token_share",
+    ),
 }
 PHASES = ("reshard", "rollout", "reward", "switch_back", "reference", "values", "advantages", "train", "checkpoint", "validation")
 
@@ -63,10 +98,10 @@ class RunMetrics:
 
         self.registry = CollectorRegistry()
         labels = {"rljob": job}
-        self.gauges = {name: Gauge(name, help_, ["rljob"], registry=self.registry).labels(**labels)
-                       for name, (help_, _) in GAUGES.items()}
-        self.reshard_bytes = Counter("kuberl_reshard_bytes", "Bytes received by the controller rank in weight switches",
-                                     ["rljob"], registry=self.registry).labels(**labels)
+        self.gauges = {name: Gauge(name, help_, ["rljob"], registry=self.registry).labels(**labels) for name, (help_, _) in GAUGES.items()}
+        self.reshard_bytes = Counter(
+            "kuberl_reshard_bytes", "Bytes received by the controller rank in weight switches", ["rljob"], registry=self.registry
+        ).labels(**labels)
         phase = Gauge("kuberl_phase_seconds", "Seconds the last step spent in each phase", ["rljob", "phase"], registry=self.registry)
         self.phases = {p: phase.labels(rljob=job, phase=p) for p in PHASES}
         self.jsonl = jsonl
@@ -113,8 +148,9 @@ def plot_rewards(records: list[dict[str, Any]], out: Path, title: str) -> Path:
     if train:
         ax.plot(*zip(*train), label="training reward (sampled)", color="tab:blue", alpha=0.6)
         window = 5
-        smooth = [sum(v for _, v in train[max(0, i - window + 1):i + 1]) / len(train[max(0, i - window + 1):i + 1])
-                  for i in range(len(train))]
+        smooth = [
+            sum(v for _, v in train[max(0, i - window + 1) : i + 1]) / len(train[max(0, i - window + 1) : i + 1]) for i in range(len(train))
+        ]
         ax.plot([s for s, _ in train], smooth, label=f"training reward ({window}-step mean)", color="tab:blue")
     val = [(r["step"], r["validation_reward_mean"]) for r in records if r.get("validation_reward_mean") is not None]
     if val:

@@ -36,8 +36,10 @@ def check_multi_turn(spec: MultiTurnSpec | None) -> None:
     if spec.parser not in PARSERS:
         raise ConfigError(f"rollout.multiTurn.parser: {spec.parser!r} is not registered (known: {', '.join(sorted(PARSERS))})")
     if spec.environment not in ENVIRONMENTS:
-        raise ConfigError(f"rollout.multiTurn.environment: {spec.environment!r} is not registered "
-                          f"(known: {', '.join(sorted(ENVIRONMENTS))}; a plug-in file of algorithm.plugins may register one)")
+        raise ConfigError(
+            f"rollout.multiTurn.environment: {spec.environment!r} is not registered "
+            f"(known: {', '.join(sorted(ENVIRONMENTS))}; a plug-in file of algorithm.plugins may register one)"
+        )
     factory = ENVIRONMENTS[spec.environment].factory
     try:
         inspect.signature(factory).bind(None, **spec.environment_kwargs)
@@ -74,8 +76,9 @@ def prepare_agents(config: EngineConfig, tokenizer: Any, base_dir: Path) -> Agen
     return AgentParts(setup, [tool.schema() for tool in tools.values()])
 
 
-def multi_turn_rollout(parts: AgentParts, generator: Generator, encoder: PromptEncoder, config: EngineConfig,
-                       stop_ids: tuple[int, ...]) -> MultiTurnRollout:
+def multi_turn_rollout(
+    parts: AgentParts, generator: Generator, encoder: PromptEncoder, config: EngineConfig, stop_ids: tuple[int, ...]
+) -> MultiTurnRollout:
     renderer = ChatRenderer(encoder.tokenizer, parts.schemas)
     return MultiTurnRollout(generator, renderer, parts.setup, encoder, config.data.max_prompt_length, stop_ids)
 

@@ -65,8 +65,13 @@ def load_plugins(paths: list[Path]) -> list[str]:
 def _probe() -> AdvantageInputs:
     """Four responses of three tokens to two prompts, the second response one token shorter."""
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
-    return AdvantageInputs(scores=torch.tensor([1.0, 0.0, 0.5, 0.25]), group=torch.tensor([0, 0, 1, 1]),
-                           mask=mask, values=torch.zeros(4, 3), greedy_scores=torch.tensor([0.5, 0.5, 0.25, 0.25]))
+    return AdvantageInputs(
+        scores=torch.tensor([1.0, 0.0, 0.5, 0.25]),
+        group=torch.tensor([0, 0, 1, 1]),
+        mask=mask,
+        values=torch.zeros(4, 3),
+        greedy_scores=torch.tensor([0.5, 0.5, 0.25, 0.25]),
+    )
 
 
 def _where(path: Path, fn: object) -> str:
@@ -76,7 +81,9 @@ def _where(path: Path, fn: object) -> str:
 def _keyword_defaults(path: Path, fn: object, data_args: int) -> None:
     params = list(inspect.signature(fn).parameters.values())
     if len(params) < data_args:
-        raise PluginError(f"algorithm.plugins: {_where(path, fn)} takes {len(params)} arguments; it must take {data_args} data arguments, then options")
+        raise PluginError(
+            f"algorithm.plugins: {_where(path, fn)} takes {len(params)} arguments; it must take {data_args} data arguments, then options"
+        )
     missing = [p.name for p in params[data_args:] if p.default is inspect.Parameter.empty]
     if missing:
         raise PluginError(f"algorithm.plugins: {_where(path, fn)}: options need defaults ({', '.join(missing)})")
@@ -95,10 +102,14 @@ def _check_advantage(path: Path, name: str) -> None:
     inputs = _probe()
     out = _call(path, fn, inputs)
     if not isinstance(out, Advantages):
-        raise PluginError(f"algorithm.plugins: {_where(path, fn)} must return Advantages(advantages, returns=None), got {type(out).__name__}")
+        raise PluginError(
+            f"algorithm.plugins: {_where(path, fn)} must return Advantages(advantages, returns=None), got {type(out).__name__}"
+        )
     if tuple(out.advantages.shape) != tuple(inputs.mask.shape):
-        raise PluginError(f"algorithm.plugins: {_where(path, fn)} returned advantages of shape {tuple(out.advantages.shape)}; "
-                          f"they must be per token, {tuple(inputs.mask.shape)} like the mask")
+        raise PluginError(
+            f"algorithm.plugins: {_where(path, fn)} returned advantages of shape {tuple(out.advantages.shape)}; "
+            f"they must be per token, {tuple(inputs.mask.shape)} like the mask"
+        )
     if not bool(torch.isfinite(out.advantages).all()):
         raise PluginError(f"algorithm.plugins: {_where(path, fn)} returned NaN or infinite advantages on a test batch")
 
@@ -107,14 +118,25 @@ def _check_policy_loss(path: Path, name: str) -> None:
     fn = POLICY_LOSSES[name].fn
     required = [p.name for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
     if len(required) > 1:
-        raise PluginError(f"algorithm.plugins: {_where(path, fn)} must take one argument, a LossInputs record (inputs.logprobs, "
-                          f"inputs.old_logprobs, inputs.advantages, inputs.mask, ...), then options with defaults; it takes {', '.join(required)}")
+        raise PluginError(
+            f"algorithm.plugins: {_where(path, fn)} must take one argument, a LossInputs record (inputs.logprobs, "
+            f"inputs.old_logprobs, inputs.advantages, inputs.mask, ...), then options with defaults; it takes {', '.join(required)}"
+        )
     _keyword_defaults(path, fn, 1)
     probe = _probe()
     logprobs = torch.full((4, 3), -1.0, requires_grad=True)
-    inputs = LossInputs(logprobs=logprobs, old_logprobs=torch.full((4, 3), -1.1), advantages=torch.ones(4, 3), mask=probe.mask,
-                        ref_logprobs=torch.full((4, 3), -1.2), rollout_logprobs=torch.full((4, 3), -1.05),
-                        entropy=torch.full((4, 3), 0.5), horizon=3, global_tokens=float(probe.mask.sum()), global_sequences=4.0)
+    inputs = LossInputs(
+        logprobs=logprobs,
+        old_logprobs=torch.full((4, 3), -1.1),
+        advantages=torch.ones(4, 3),
+        mask=probe.mask,
+        ref_logprobs=torch.full((4, 3), -1.2),
+        rollout_logprobs=torch.full((4, 3), -1.05),
+        entropy=torch.full((4, 3), 0.5),
+        horizon=3,
+        global_tokens=float(probe.mask.sum()),
+        global_sequences=4.0,
+    )
     out = _call(path, fn, inputs)
     if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor) and isinstance(out[1], dict)):
         raise PluginError(f"algorithm.plugins: {_where(path, fn)} must return (loss, stats): a scalar tensor and a dict")
@@ -128,8 +150,11 @@ def _check_policy_loss(path: Path, name: str) -> None:
 def _check_preset(path: Path, name: str) -> None:
     """A preset names registered entries (the built-ins, or ones its own file or an earlier plug-in registers)."""
     preset = PRESETS[name]
-    for what, entry, registry in (("advantage estimator", preset.advantage, ADVANTAGES), ("policy loss", preset.policy_loss, POLICY_LOSSES),
-                                  ("step function", preset.step, STEPS)):
+    for what, entry, registry in (
+        ("advantage estimator", preset.advantage, ADVANTAGES),
+        ("policy loss", preset.policy_loss, POLICY_LOSSES),
+        ("step function", preset.step, STEPS),
+    ):
         if entry and entry not in registry:
             raise PluginError(f"algorithm.plugins: {path}: preset {name} names the {what} {entry!r}, which is not registered")
 
@@ -139,5 +164,6 @@ def _check_step(path: Path, name: str) -> None:
     fn = STEPS[name].fn
     params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
     if len(params) != 1:
-        raise PluginError(f"algorithm.plugins: {_where(path, fn)} must take one argument, the StepContext; "
-                          f"it takes {len(params)} without defaults")
+        raise PluginError(
+            f"algorithm.plugins: {_where(path, fn)} must take one argument, the StepContext; it takes {len(params)} without defaults"
+        )

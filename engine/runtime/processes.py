@@ -21,6 +21,7 @@ def first_failure(codes: Sequence[int | None]) -> int | None:
     then one that crashed on a signal of its own (a peer's loss can end in gloo's std::terminate,
     SIGABRT, as the interpreter exits); then an exit code; the lowest index among equals.
     """
+
     def rank(code: int) -> int:
         return 0 if code in _SENT_FROM_OUTSIDE else 1 if code < 0 else 2
 
@@ -28,8 +29,9 @@ def first_failure(codes: Sequence[int | None]) -> int | None:
     return min(failed)[1] if failed else None
 
 
-def wait_for_gang(procs: Sequence[subprocess.Popen], poll_s: float = 0.5,
-                  stopping: Callable[[], bool] = lambda: False) -> tuple[int | None, list[int | None]]:
+def wait_for_gang(
+    procs: Sequence[subprocess.Popen], poll_s: float = 0.5, stopping: Callable[[], bool] = lambda: False
+) -> tuple[int | None, list[int | None]]:
     """Wait until every process exits with 0 or one fails: (index of the cause or None, exit codes).
 
     Once `stopping()` is true (the gang was asked to stop), the processes exit on their own after
@@ -47,8 +49,9 @@ def wait_for_gang(procs: Sequence[subprocess.Popen], poll_s: float = 0.5,
         time.sleep(poll_s)
 
 
-def forward_stop_signals(procs: Sequence[subprocess.Popen], forward_as: int | None = None,
-                         announce: Callable[[int, list[int]], None] | None = None) -> list[int]:
+def forward_stop_signals(
+    procs: Sequence[subprocess.Popen], forward_as: int | None = None, announce: Callable[[int, list[int]], None] | None = None
+) -> list[int]:
     """Pass SIGTERM and SIGINT on to every process of `procs` still running (as `forward_as`, or as
     received), so each stops at its next step boundary with the others. Returns the list the
     received signals are appended to: non-empty means a stop was asked for. `announce(signum,

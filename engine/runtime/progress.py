@@ -23,8 +23,7 @@ ETA_MIN_STEPS = 3
 ETA_WINDOW = 10
 
 
-def eta_seconds(step_seconds: Sequence[float], steps_left: int, min_steps: int = ETA_MIN_STEPS,
-                window: int = ETA_WINDOW) -> float | None:
+def eta_seconds(step_seconds: Sequence[float], steps_left: int, min_steps: int = ETA_MIN_STEPS, window: int = ETA_WINDOW) -> float | None:
     """Seconds until the last step: the mean of the last `window` step times, times `steps_left`.
 
     0 when no step is left; None ("unknown") while fewer than `min_steps` step times are known.
@@ -37,21 +36,33 @@ def eta_seconds(step_seconds: Sequence[float], steps_left: int, min_steps: int =
     return sum(recent) / len(recent) * steps_left
 
 
-def progress_report(record: Mapping[str, Any], total_steps: int, last_checkpoint: CheckpointStatus | None, *,
-                    eta: float | None = None, validation: tuple[int, float] | None = None) -> ProgressReport:
+def progress_report(
+    record: Mapping[str, Any],
+    total_steps: int,
+    last_checkpoint: CheckpointStatus | None,
+    *,
+    eta: float | None = None,
+    validation: tuple[int, float] | None = None,
+) -> ProgressReport:
     """The report of one step's metrics record; non-finite numbers are left out (JSON cannot carry them).
     `eta`: seconds until the last step (eta_seconds); `validation`: the latest (step, validation reward mean)."""
+
     def finite(key: str) -> float | None:
         value = record.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
     tokens = finite("rollout_tokens_per_second")
-    return ProgressReport(step=int(record.get("step", 0)), total_steps=total_steps, reward_mean=finite("reward_mean"),
-                          kl=finite("kl"), tokens_per_second=tokens if tokens is None or tokens >= 0 else None,
-                          last_checkpoint=last_checkpoint,
-                          eta_seconds=eta if eta is not None and math.isfinite(eta) else None,
-                          validation_step=validation[0] if validation else None,
-                          validation_reward_mean=validation[1] if validation else None)
+    return ProgressReport(
+        step=int(record.get("step", 0)),
+        total_steps=total_steps,
+        reward_mean=finite("reward_mean"),
+        kl=finite("kl"),
+        tokens_per_second=tokens if tokens is None or tokens >= 0 else None,
+        last_checkpoint=last_checkpoint,
+        eta_seconds=eta if eta is not None and math.isfinite(eta) else None,
+        validation_step=validation[0] if validation else None,
+        validation_reward_mean=validation[1] if validation else None,
+    )
 
 
 class ProgressTracker:
@@ -70,8 +81,13 @@ class ProgressTracker:
         value = record.get("validation_reward_mean")
         if isinstance(value, (int, float)) and math.isfinite(value):
             self.validation = (step, float(value))
-        return progress_report(record, self.total_steps, last_checkpoint,
-                               eta=eta_seconds(self.step_seconds, self.total_steps - step), validation=self.validation)
+        return progress_report(
+            record,
+            self.total_steps,
+            last_checkpoint,
+            eta=eta_seconds(self.step_seconds, self.total_steps - step),
+            validation=self.validation,
+        )
 
 
 class ProgressWriter:

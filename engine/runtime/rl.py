@@ -49,8 +49,18 @@ from ..steps.records import Rollout, Scores
 from ..training.losses import policy_loss_fn, value_loss_fn
 from . import checkpoint as ckpt
 from . import lora_run, multi_turn_run
-from .builders import (ModelFiles, build_actor, build_critic, build_reference, build_resharder, build_rewarder, build_rollout,
-                       build_tokenizer, build_trackers, model_files)
+from .builders import (
+    ModelFiles,
+    build_actor,
+    build_critic,
+    build_reference,
+    build_resharder,
+    build_rewarder,
+    build_rollout,
+    build_tokenizer,
+    build_trackers,
+    model_files,
+)
 from .checkpoint import checkpoint_root
 from .checks import ConfigError, check_supported
 from .metrics import RunMetrics, plot_rewards, read_jsonl
@@ -101,10 +111,14 @@ class RLRun:
         self.roles = RoleAccess(self.links, self.remote_roles, self.is_controller, self.world, config.trainer.micro_batch_size)
         self.use_algorithm(config.algorithm)
         self.rewarder = build_rewarder(config, base_dir, self.links) if self.is_controller else None
-        parts = None if self.dpo or self.separate else build_rollout(config, files, self.actor, self.critic, self.agents, self.encoder,
-                                                                     self.stop_ids(), self.rank, self.world)
-        self.rollout, self.resharder, self.generator, self.switch, self.multi_turn = \
+        parts = (
+            None
+            if self.dpo or self.separate
+            else build_rollout(config, files, self.actor, self.critic, self.agents, self.encoder, self.stop_ids(), self.rank, self.world)
+        )
+        self.rollout, self.resharder, self.generator, self.switch, self.multi_turn = (
             (parts.rollout, parts.resharder, parts.generator, parts.switch, parts.multi_turn) if parts else (None,) * 5
+        )
         self.fleet: RolloutFleet | None = None
         self.pipeline: GenerationPipeline | None = None
         if self.separate:  # roles.rollout generates; the whole model goes to it after every update
@@ -185,8 +199,14 @@ class RLRun:
         if self.pipeline is not None:  # the batches on their way, waited for: a resumed run draws their prompts again
             in_flight = self.pipeline.in_flight()
             loader = self.pipeline.loader_state(self.step, loader)
-        state = {"actor": self.actor.state_dict(), "loader": loader, "step": self.step,
-                 "updates": self.updates, "rng": ckpt.rng_state(), **({"in_flight": in_flight} if in_flight is not None else {})}
+        state = {
+            "actor": self.actor.state_dict(),
+            "loader": loader,
+            "step": self.step,
+            "updates": self.updates,
+            "rng": ckpt.rng_state(),
+            **({"in_flight": in_flight} if in_flight is not None else {}),
+        }
         if self.critic is not None:
             state["critic"] = self.critic.state_dict()
         if self.is_controller:
@@ -204,9 +224,17 @@ class RLRun:
         if self.is_controller:
             for link in self.links.values():
                 link.result()
-            ckpt.commit(self.checkpoints, self.step, self.config.world_size, keep=self.config.trainer.checkpoint.keep,
-                        meta={"job": self.config.job, "algorithm": self.config.algorithm.name,
-                              **(lora_run.base_reference(self.folder, self.hf_config, self.lora) if self.lora else {})})
+            ckpt.commit(
+                self.checkpoints,
+                self.step,
+                self.config.world_size,
+                keep=self.config.trainer.checkpoint.keep,
+                meta={
+                    "job": self.config.job,
+                    "algorithm": self.config.algorithm.name,
+                    **(lora_run.base_reference(self.folder, self.hf_config, self.lora) if self.lora else {}),
+                },
+            )
             self.last_checkpoint = ckpt.status(self.checkpoints, self.step)
         dist.barrier()
         return ckpt.step_dir(self.checkpoints, self.step)
@@ -226,7 +254,11 @@ class RLRun:
             timer = Timer()
             record = self.run_step(timer)
             self.step += 1
-            if self.validation and trainer.validation_interval and (self.step % trainer.validation_interval == 0 or self.step == self.total_steps):
+            if (
+                self.validation
+                and trainer.validation_interval
+                and (self.step % trainer.validation_interval == 0 or self.step == self.total_steps)
+            ):
                 with timer("validation"):
                     record.update(self._validate())
             stopping = stop is not None and self._stop_agreed(stop) and self.step < self.total_steps
@@ -258,7 +290,9 @@ class RLRun:
         if trainer.export_path:
             self.export(Path(trainer.export_path).expanduser())
         if self.is_controller and self.metrics is not None and self.metrics.jsonl and self.metrics.jsonl.exists():
-            plot_rewards(read_jsonl(self.metrics.jsonl), self.run_dir / "reward_curve.png", f"{self.config.job} ({self.config.algorithm.name})")
+            plot_rewards(
+                read_jsonl(self.metrics.jsonl), self.run_dir / "reward_curve.png", f"{self.config.job} ({self.config.algorithm.name})"
+            )
             if self.trackers is not None:
                 self.trackers.artifact(self.run_dir / "reward_curve.png")
         for link in self.links.values():
@@ -302,8 +336,11 @@ class RLRun:
         self.config = self.config.model_copy(update={"algorithm": algorithm})
         self.choice, self.step_fn, self.estimator = choice, entry.fn, estimator
         self.recompute_old_logprobs = not self.dpo and recomputes_old_logprobs(
-            algorithm, is_half(self.dtype), self.config.rollout is not None and self.config.rollout.truncates,
-            stale=max_staleness(self.config) > 0)
+            algorithm,
+            is_half(self.dtype),
+            self.config.rollout is not None and self.config.rollout.truncates,
+            stale=max_staleness(self.config) > 0,
+        )
         horizon = self.config.rollout.max_response_tokens if self.config.rollout is not None else 1
         self.policy_loss = policy_loss_fn(algorithm, horizon)
         self.value_loss = value_loss_fn(algorithm)
@@ -326,8 +363,12 @@ class RLRun:
             holder[0] = multi_turn_run.with_environment(self.rewarder.score_sources(prompts, texts, answers, messages), completions)
         dist.broadcast_object_list(holder, src=0)
         scored = holder[0]
-        return Scores(torch.tensor(scored.totals, dtype=torch.float32), scored.means,
-                      {k: torch.tensor(v, dtype=torch.float32) for k, v in scored.sources.items()}, scored.weights)
+        return Scores(
+            torch.tensor(scored.totals, dtype=torch.float32),
+            scored.means,
+            {k: torch.tensor(v, dtype=torch.float32) for k, v in scored.sources.items()},
+            scored.weights,
+        )
 
     # -- validation and export -----------------------------------------------------------------------
 
@@ -339,10 +380,19 @@ class RLRun:
     def export(self, out: Path) -> None:
         """Write the current policy as a Hugging Face folder (controller rank); with LoRA, the adapter."""
         if self.lora:
-            return lora_run.export(lora_run.adapter_gather(self.arch, self.lora, self.actor.place), self.actor.adapters.state(),
-                                   self.lora, self.folder, self.hf_config, out, self.is_controller)
+            return lora_run.export(
+                lora_run.adapter_gather(self.arch, self.lora, self.actor.place),
+                self.actor.adapters.state(),
+                self.lora,
+                self.folder,
+                self.hf_config,
+                out,
+                self.is_controller,
+            )
         # The switch's gather with t_g = 1 gives every rank of a model-parallel group the full model.
-        resharder = self.resharder if self.resharder is not None and self.rollout_tp == 1 else build_resharder(self.files, self.actor.place, 1)
+        resharder = (
+            self.resharder if self.resharder is not None and self.rollout_tp == 1 else build_resharder(self.files, self.actor.place, 1)
+        )
         full = dict(resharder.stream(self.actor.megatron_state()))
         if self.is_controller:
             export_hf_folder(full, self.hf_config, out, tokenizer_from=self.folder)

@@ -42,10 +42,15 @@ class RolloutWorker:
         files = model_files(config, base_dir)
         self.replica, self.replicas = dist.get_rank(), dist.get_world_size()
         # Replica i is seeded as the actor's replica i would be when it generates itself (builders.build_rollout).
-        self.rollout = VLLMRollout(files.folder, dtype=vllm_dtype(files.dtype), seed=config.trainer.seed + self.replica,
-                                   max_model_len=config.data.max_prompt_length + spec.max_response_tokens,
-                                   kv_cache_bytes=spec.kv_cache_bytes, gpu_memory_utilization=spec.gpu_memory_utilization,
-                                   skip_tokenizer_init=True)
+        self.rollout = VLLMRollout(
+            files.folder,
+            dtype=vllm_dtype(files.dtype),
+            seed=config.trainer.seed + self.replica,
+            max_model_len=config.data.max_prompt_length + spec.max_response_tokens,
+            kv_cache_bytes=spec.kv_cache_bytes,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            skip_tokenizer_init=True,
+        )
         self.generator = Generator(self.rollout, self.replica, self.replicas, 1)
         self.version = -1
         """The policy version of the weights this rank's engine holds (-1: the model folder's, before the first sync)."""

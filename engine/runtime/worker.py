@@ -53,9 +53,13 @@ def spawn_local_ranks(count: int) -> int:
 
     from .processes import forward_stop_signals, stop, wait_for_gang
 
-    procs = [subprocess.Popen([sys.executable, "-m", "kuberl.engine.runtime.worker"],
-                              env={**os.environ, "LOCAL_RANK": str(i), "KUBERL_LOCAL_WORLD": str(count)})
-             for i in range(count)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "kuberl.engine.runtime.worker"],
+            env={**os.environ, "LOCAL_RANK": str(i), "KUBERL_LOCAL_WORLD": str(count)},
+        )
+        for i in range(count)
+    ]
     # Kubernetes signals only the container's first process: each rank must hear it.
     received = forward_stop_signals(procs)
     try:
@@ -87,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except WorldError as exc:
         print(f"kuberl worker: {exc}", file=sys.stderr)
         return report_failure(exc, os.environ.get("KUBERL_ROLE", "?")[:16], 0)
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s rank {env.rank} [{env.role}] %(levelname)s %(message)s",
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s rank {env.rank} [{env.role}] %(levelname)s %(message)s", datefmt="%H:%M:%S"
+    )
     for noisy in ("vllm", "transformers", "megatron", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     import warnings
@@ -106,8 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     if not config_path:
         from ..runtime.algorithm_checks import ConfigError
 
-        return report_failure(ConfigError("KUBERL_CONFIG is not set: it names the engine config (JSON) that the operator or "
-                                          "`kuberl run` renders"), env.role, env.rank)
+        return report_failure(
+            ConfigError("KUBERL_CONFIG is not set: it names the engine config (JSON) that the operator or `kuberl run` renders"),
+            env.role,
+            env.rank,
+        )
 
     import torch
 
@@ -188,8 +196,10 @@ def _reporter(run, controller: bool):
         bar.set_postfix(postfix)
         writer.write(tracker.report(record, run.last_checkpoint))
         if "validation_reward_mean" in record or record["step"] == run.total_steps:
-            bar.write(f"step {record['step']}: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(record.items())
-                                                          if isinstance(v, float) and "/" not in k))
+            bar.write(
+                f"step {record['step']}: "
+                + ", ".join(f"{k} {v:.4g}" for k, v in sorted(record.items()) if isinstance(v, float) and "/" not in k)
+            )
 
     return report
 

@@ -60,8 +60,13 @@ class SavedCompletion(BaseModel):
 
     @classmethod
     def of(cls, c: Completion) -> SavedCompletion:
-        return cls(prompt_index=c.prompt_index, token_ids=list(c.token_ids), logprobs=list(c.logprobs),
-                   finished_by_stop=c.finished_by_stop, versions=list(c.versions or ()))
+        return cls(
+            prompt_index=c.prompt_index,
+            token_ids=list(c.token_ids),
+            logprobs=list(c.logprobs),
+            finished_by_stop=c.finished_by_stop,
+            versions=list(c.versions or ()),
+        )
 
     def completion(self) -> Completion:
         return Completion(self.prompt_index, self.token_ids, self.logprobs, self.finished_by_stop, tuple(self.versions))
@@ -93,8 +98,10 @@ class GenerationPipeline:
             kept = self.kept.pop(k, None)
             if kept is not None:
                 if any(c.prompt_index >= len(prompts) for c in kept):
-                    raise InFlightRefused(f"the checkpoint kept the batch of step {k} for more prompts than this run "
-                                          f"draws ({len(prompts)}): resume with the job's trainer and data settings")
+                    raise InFlightRefused(
+                        f"the checkpoint kept the batch of step {k} for more prompts than this run "
+                        f"draws ({len(prompts)}): resume with the job's trainer and data settings"
+                    )
                 self.issued[k] = Issued(k, examples, prompts, None, kept)
             else:
                 with ctx.timer("weight_sync"):

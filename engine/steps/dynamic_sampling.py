@@ -33,12 +33,16 @@ def dynamic_sampling(ctx: StepContext) -> None:
         raw = ctx.score(rollout, then_train=False)
         lengths = torch.tensor([len(c.token_ids) for c in rollout.completions])
         penalty = overlong_penalty(lengths, max_new, buffer, spec.overlong_penalty)
-        shaped = Scores(raw.values + penalty, {**raw.parts, "overlong_penalty": float(penalty.mean())},
-                        {**raw.sources, "overlong_penalty": penalty}, {**raw.weights, "overlong_penalty": 1.0})
+        shaped = Scores(
+            raw.values + penalty,
+            {**raw.parts, "overlong_penalty": float(penalty.mean())},
+            {**raw.sources, "overlong_penalty": penalty},
+            {**raw.weights, "overlong_penalty": 1.0},
+        )
         seen_rewards.append(raw.values)
         draws += 1
         drawn += len(rollout.examples)
-        keep = informative_groups(shaped.values, rollout.group)[:wanted - (len(kept.examples) if kept else 0)]
+        keep = informative_groups(shaped.values, rollout.group)[: wanted - (len(kept.examples) if kept else 0)]
         part = rollout.groups(keep)
         kept_ids = set(keep)
         rows = [i for i, c in enumerate(rollout.completions) if c.prompt_index in kept_ids]  # part's order
@@ -46,9 +50,14 @@ def dynamic_sampling(ctx: StepContext) -> None:
         kept, kept_scores = (part, part_scores) if kept is None else (kept + part, kept_scores + part_scores)
     ctx.to_training()
 
-    ctx.record.add({"reward_mean": float(torch.cat(seen_rewards).mean()),
-                    "dynamic_sampling/draws": float(draws), "dynamic_sampling/prompts_drawn": float(drawn),
-                    "dynamic_sampling/groups_kept": float(len(kept.examples))})
+    ctx.record.add(
+        {
+            "reward_mean": float(torch.cat(seen_rewards).mean()),
+            "dynamic_sampling/draws": float(draws),
+            "dynamic_sampling/prompts_drawn": float(drawn),
+            "dynamic_sampling/groups_kept": float(len(kept.examples)),
+        }
+    )
     ctx.record.add({f"reward/{k}": v for k, v in kept_scores.parts.items()})
     if not kept.completions:
         ctx.record.add(update_skipped=1.0)  # every group was uninformative: nothing to learn from

@@ -21,6 +21,7 @@ from .records import Rollout
 if TYPE_CHECKING:
     from .rollout_ops import RolloutOps
 
+
 def nearest_rank(values: list[float], share: float) -> float:
     """The `share` quantile by the nearest-rank rule: the smallest value with at least that share of
     the values at or below it (p90 of 10 values is the 9th smallest)."""
@@ -34,8 +35,7 @@ def tool_latency_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     seconds = [s for t in trajectories for s in t.tool_seconds]
     if not seconds:
         return {}
-    return {"multi_turn/tool_seconds_mean": sum(seconds) / len(seconds),
-            "multi_turn/tool_seconds_p90": nearest_rank(seconds, 0.9)}
+    return {"multi_turn/tool_seconds_mean": sum(seconds) / len(seconds), "multi_turn/tool_seconds_p90": nearest_rank(seconds, 0.9)}
 
 
 def multi_turn_metrics(trajectories: list[Trajectory]) -> dict[str, float]:

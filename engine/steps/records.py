@@ -32,9 +32,11 @@ class Rollout:
     def groups(self, prompt_indices: list[int]) -> "Rollout":
         """Only the completions of these prompts, renumbered in the given order."""
         new_index = {old: new for new, old in enumerate(prompt_indices)}
-        return Rollout([self.examples[i] for i in prompt_indices], [self.prompts[i] for i in prompt_indices],
-                       [replace(c, prompt_index=new_index[c.prompt_index])
-                        for c in self.completions if c.prompt_index in new_index])
+        return Rollout(
+            [self.examples[i] for i in prompt_indices],
+            [self.prompts[i] for i in prompt_indices],
+            [replace(c, prompt_index=new_index[c.prompt_index]) for c in self.completions if c.prompt_index in new_index],
+        )
 
     def __add__(self, other: "Rollout") -> "Rollout":
         offset = len(self.examples)
@@ -59,8 +61,7 @@ class Scores:
 
     def __add__(self, other: "Scores") -> "Scores":
         n, m = len(self.values), len(other.values)
-        parts = {k: (self.parts.get(k, 0.0) * n + other.parts.get(k, 0.0) * m) / max(1, n + m)
-                 for k in {*self.parts, *other.parts}}
+        parts = {k: (self.parts.get(k, 0.0) * n + other.parts.get(k, 0.0) * m) / max(1, n + m) for k in {*self.parts, *other.parts}}
         sources = {k: torch.cat([self.sources[k], other.sources[k]]) for k in self.sources if k in other.sources}
         return Scores(torch.cat([self.values, other.values]), parts, sources, {**self.weights, **other.weights})
 

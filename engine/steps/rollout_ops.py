@@ -27,8 +27,14 @@ class RolloutOps:
         assert spec is not None
         if greedy:
             return Sampling(max_new_tokens=spec.max_new_tokens, temperature=0.0, stop_token_ids=self.run.stop_ids())
-        return Sampling(max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, top_p=spec.top_p,
-                        top_k=spec.top_k, n=spec.samples_per_prompt, stop_token_ids=self.run.stop_ids())
+        return Sampling(
+            max_new_tokens=spec.max_new_tokens,
+            temperature=spec.temperature,
+            top_p=spec.top_p,
+            top_k=spec.top_k,
+            n=spec.samples_per_prompt,
+            stop_token_ids=self.run.stop_ids(),
+        )
 
     def switch_to_rollout(self) -> None:
         """The weights into the rollout engine (timed as reshard); the bytes it moved add to the step's metrics."""
@@ -87,8 +93,10 @@ class RolloutOps:
         oldest = min((min(v) for v in versions if v), default=self.step)
         bound = run.pipeline.max_staleness
         if not may_consume(self.step, oldest, bound):
-            raise RuntimeError(f"a batch of version {oldest} is {self.step - oldest} versions behind the policy "
-                               f"(version {self.step}); algorithm.async.maxStaleness is {bound}")
+            raise RuntimeError(
+                f"a batch of version {oldest} is {self.step - oldest} versions behind the policy "
+                f"(version {self.step}); algorithm.async.maxStaleness is {bound}"
+            )
         self.record.add(staleness_metrics(self.step, versions))
         self.record.add(rollout_version=float(oldest))
         if issued is not None:  # a training batch reports the weights sent since the last one (validation's too)

@@ -74,8 +74,15 @@ class TrainingOps:
                 values = access.rows("critic", run.critic, rows)
         return Forwarded(batch, old, ref, values, pi_squared)
 
-    def advantages(self, forwarded: Forwarded, rollout: Rollout, scores: Scores, greedy: Scores | None = None,
-                   estimator: str | None = None, **options: Any) -> Advantaged:
+    def advantages(
+        self,
+        forwarded: Forwarded,
+        rollout: Rollout,
+        scores: Scores,
+        greedy: Scores | None = None,
+        estimator: str | None = None,
+        **options: Any,
+    ) -> Advantaged:
         """The job's estimator (or `estimator` with `options`) over the batch: pure, the same on every
         rank. `greedy`: the scores of one greedy response per prompt (ReMax)."""
         algorithm, mask = self.config.algorithm, forwarded.batch.mask
@@ -91,10 +98,18 @@ class TrainingOps:
                 weights = A.tis_weights(old, rollout_logprobs, mask, algorithm.tis.cap)
             group = rollout.group
             inputs = A.AdvantageInputs(
-                scores=scores.values, group=group, mask=mask, values=forwarded.values, kl_penalty=penalty,
-                greedy_scores=greedy.values[group] if greedy is not None else None, old_logprobs=old,
-                sum_pi_squared=forwarded.sum_pi_squared, is_weights=weights, reward_parts=dict(scores.sources),
-                reward_weights=dict(scores.weights))
+                scores=scores.values,
+                group=group,
+                mask=mask,
+                values=forwarded.values,
+                kl_penalty=penalty,
+                greedy_scores=greedy.values[group] if greedy is not None else None,
+                old_logprobs=old,
+                sum_pi_squared=forwarded.sum_pi_squared,
+                is_weights=weights,
+                reward_parts=dict(scores.sources),
+                reward_weights=dict(scores.weights),
+            )
             name = estimator or self.choice.advantage
             out = A.advantage_estimator(name).fn(inputs, **(options if estimator else self.choice.advantage_options))
         return Advantaged(forwarded, out.advantages, out.returns)
@@ -112,8 +127,12 @@ class TrainingOps:
         rows, unit = batch.rows(), batch.batch.unit
         self.to_training()
         first, total = run.updates, run.total_updates()
-        plan = update_plan(len(rows) // unit, trainer.mini_batch_size, algorithm.update_epochs,
-                           lambda i: learning_rate(trainer.optimizer, first + i, total))
+        plan = update_plan(
+            len(rows) // unit,
+            trainer.mini_batch_size,
+            algorithm.update_epochs,
+            lambda i: learning_rate(trainer.optimizer, first + i, total),
+        )
         run.updates += len(plan)
         train_critic = run.needs_critic and isinstance(batch, Advantaged)
         with self.timer("train"):
@@ -145,5 +164,5 @@ def _logprob_rows(rows: list[list[float]], width: int) -> torch.Tensor:
     """Per-token log-prob lists as a [B, width] tensor, zero-padded on the right."""
     out = torch.zeros(len(rows), width)
     for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
     return out

@@ -8,5 +8,15 @@ from .fanout import RUN_IDS_FILE, Trackers, TrackingError, check_available
 from .grouping import flat_params, tracked_scalars
 from .registry import TRACKERS, Tracker, TrackerContext, register_tracker
 
-__all__ = ["RUN_IDS_FILE", "TRACKERS", "Tracker", "TrackerContext", "Trackers", "TrackingError", "check_available",
-           "flat_params", "register_tracker", "tracked_scalars"]
+__all__ = [
+    "RUN_IDS_FILE",
+    "TRACKERS",
+    "Tracker",
+    "TrackerContext",
+    "Trackers",
+    "TrackingError",
+    "check_available",
+    "flat_params",
+    "register_tracker",
+    "tracked_scalars",
+]

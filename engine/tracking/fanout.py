@@ -38,13 +38,14 @@ def check_available(specs: list[TrackingSpec]) -> None:
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise TrackingError(f"monitoring.tracking[{index}].backend: {spec.backend} needs the {entry.module} package, "
-                                f"which is not installed: pip install 'kuberl[{entry.extra}]'")
+            raise TrackingError(
+                f"monitoring.tracking[{index}].backend: {spec.backend} needs the {entry.module} package, "
+                f"which is not installed: pip install 'kuberl[{entry.extra}]'"
+            )
 
 
 class Trackers:
-    def __init__(self, specs: list[TrackingSpec], *, job: str, run_dir: Path, ids_dir: Path, params: dict[str, str],
-                 resumed_at: int):
+    def __init__(self, specs: list[TrackingSpec], *, job: str, run_dir: Path, ids_dir: Path, params: dict[str, str], resumed_at: int):
         """`ids_dir`: where the runs' ids are kept between attempts (the checkpoint folder)."""
         check_available(specs)
         self.ids_file = ids_dir / RUN_IDS_FILE
@@ -77,8 +78,9 @@ class Trackers:
         try:
             return call()
         except Exception as exc:  # a tracker's server down, a full disk: a warning, not a failed job
-            log.warning("tracking: %s failed at %s (%s: %s); training goes on without it", backend, what,
-                        type(exc).__name__, str(exc)[:300])
+            log.warning(
+                "tracking: %s failed at %s (%s: %s); training goes on without it", backend, what, type(exc).__name__, str(exc)[:300]
+            )
             self.active.pop(backend, None)
             return None
 

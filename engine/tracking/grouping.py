@@ -13,10 +13,28 @@ _GROUPS: dict[str, tuple[str, ...]] = {
     "reward": ("reward_mean",),
     "val": ("validation_reward_mean",),
     "rollout": ("response_length_mean",),
-    "perf": ("rollout_tokens_per_second", "rollout_prefix_cache_hit_ratio", "reshard_bytes", "offloaded_bytes",
-             "switch_bytes", "switch_full_bytes", "adapter_bytes", "adapter_received_bytes", "train_tokens_per_second", "train_positions", "train_positions_per_token"),
-    "timing": ("step_seconds", "reshard_seconds", "switch_back_seconds", "switch_back_hidden_seconds",
-               "switch_hidden_share", "reshard_share", "adapter_seconds"),
+    "perf": (
+        "rollout_tokens_per_second",
+        "rollout_prefix_cache_hit_ratio",
+        "reshard_bytes",
+        "offloaded_bytes",
+        "switch_bytes",
+        "switch_full_bytes",
+        "adapter_bytes",
+        "adapter_received_bytes",
+        "train_tokens_per_second",
+        "train_positions",
+        "train_positions_per_token",
+    ),
+    "timing": (
+        "step_seconds",
+        "reshard_seconds",
+        "switch_back_seconds",
+        "switch_back_hidden_seconds",
+        "switch_hidden_share",
+        "reshard_share",
+        "adapter_seconds",
+    ),
 }
 GROUP_OF: dict[str, str] = {name: group for group, names in _GROUPS.items() for name in names}
 NOT_SCALARS = ("step", "checkpoint")

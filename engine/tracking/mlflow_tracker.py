@@ -34,13 +34,13 @@ class MLflowTracker:
         self.run_id = self.client.create_run(experiment_id, run_name=ctx.job, tags={"kuberl.job": ctx.job}).info.run_id
         params = [Param(k, v[:_PARAM_CHARS]) for k, v in sorted(ctx.params.items())]
         for start in range(0, len(params), _PARAMS_PER_BATCH):
-            self.client.log_batch(self.run_id, params=params[start:start + _PARAMS_PER_BATCH])
+            self.client.log_batch(self.run_id, params=params[start : start + _PARAMS_PER_BATCH])
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         now = int(time.time() * 1000)
         metrics = [self._metric(name, value, now, step) for name, value in scalars.items()]
         for start in range(0, len(metrics), _METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[start:start + _METRICS_PER_BATCH])
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + _METRICS_PER_BATCH])
 
     def artifact(self, path: Path) -> None:
         self.client.log_artifact(self.run_id, str(path))

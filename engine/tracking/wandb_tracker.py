@@ -15,9 +15,17 @@ class WandbTracker:
 
         self.run_id = ctx.run_id or secrets.token_hex(6)  # W&B's ids are lowercase letters and digits
         # The API key comes from WANDB_API_KEY (a Secret in the pods); it is never an argument here.
-        self.run = wandb.init(project=spec.project, entity=spec.entity, mode=spec.mode or "online", dir=str(ctx.run_dir),
-                              id=self.run_id, resume="allow", name=ctx.job, config=ctx.params if ctx.run_id is None else None,
-                              settings=wandb.Settings(silent=True, console="off", x_disable_stats=True))
+        self.run = wandb.init(
+            project=spec.project,
+            entity=spec.entity,
+            mode=spec.mode or "online",
+            dir=str(ctx.run_dir),
+            id=self.run_id,
+            resume="allow",
+            name=ctx.job,
+            config=ctx.params if ctx.run_id is None else None,
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+        )
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         self.run.log(scalars, step=step)

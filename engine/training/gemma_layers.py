@@ -99,8 +99,12 @@ class DualRotary(torch.nn.Module):
 
         super().__init__()
         self.full = full
-        self.local = RotaryEmbedding(kv_channels=arch.head_dim, rotary_percent=1.0,
-                                     rotary_base=int(arch.local_rope_theta or arch.rope_theta), use_cpu_initialization=True)
+        self.local = RotaryEmbedding(
+            kv_channels=arch.head_dim,
+            rotary_percent=1.0,
+            rotary_base=int(arch.local_rope_theta or arch.rope_theta),
+            use_cpu_initialization=True,
+        )
 
     def get_rotary_seq_len(self, *args, **kwargs):
         return self.full.get_rotary_seq_len(*args, **kwargs)

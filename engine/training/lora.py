@@ -83,8 +83,7 @@ class Adapters:
 
     def state(self) -> dict[str, torch.Tensor]:
         """This rank's A and B tensors by stage-local Megatron name."""
-        return {f"{prefix}.{which}": getattr(branch, which).detach()
-                for prefix, branch in self.branches.items() for which in ("A", "B")}
+        return {f"{prefix}.{which}": getattr(branch, which).detach() for prefix, branch in self.branches.items() for which in ("A", "B")}
 
     @torch.no_grad()
     def load(self, state: Mapping[str, torch.Tensor]) -> None:
@@ -109,8 +108,9 @@ def is_adapter_name(name: str) -> bool:
     return ".lora_" in name
 
 
-def attach(module: torch.nn.Module, arch: LlamaArch, spec: LoRASpec, *, tp: int, tp_rank: int, pp: int,
-           pp_rank: int, dp_rank: int, seed: int) -> Adapters:
+def attach(
+    module: torch.nn.Module, arch: LlamaArch, spec: LoRASpec, *, tp: int, tp_rank: int, pp: int, pp_rank: int, dp_rank: int, seed: int
+) -> Adapters:
     """Freeze `module` (its base weights already loaded) and give its targeted layers adapters,
     initialised as models/lora_layout.init_pair draws them; returns them."""
     module.requires_grad_(False)
@@ -133,8 +133,7 @@ def attach(module: torch.nn.Module, arch: LlamaArch, spec: LoRASpec, *, tp: int,
     return adapters
 
 
-def _wrap(linear: torch.nn.Module, path: str, branches: dict[str, LoRABranch], adapters: Adapters,
-          arch: LlamaArch, tp: int) -> None:
+def _wrap(linear: torch.nn.Module, path: str, branches: dict[str, LoRABranch], adapters: Adapters, arch: LlamaArch, tp: int) -> None:
     """Make `linear` add its adapters' output to its own (while they are on)."""
     original = linear.forward
     combine = _COMBINE[path]
@@ -156,8 +155,7 @@ def _qkv(parts: dict[str, torch.Tensor], like: torch.Tensor, arch: LlamaArch, tp
     groups, hd = arch.num_kv_heads // tp, arch.head_dim
     lead = like.shape[:-1]
     widths = {"q": arch.heads_per_group * hd, "k": hd, "v": hd}
-    pieces = [parts[t].reshape(*lead, groups, w) if t in parts else like.new_zeros(*lead, groups, w)
-              for t, w in widths.items()]
+    pieces = [parts[t].reshape(*lead, groups, w) if t in parts else like.new_zeros(*lead, groups, w) for t, w in widths.items()]
     return torch.cat(pieces, dim=-1).reshape(like.shape)
 
 
@@ -172,8 +170,10 @@ def _single(parts: dict[str, torch.Tensor], like: torch.Tensor, arch: LlamaArch,
 
 
 _COMBINE: dict[str, Callable[..., torch.Tensor]] = {
-    "self_attention.linear_qkv": _qkv, "mlp.linear_fc1": _fc1,
-    "self_attention.linear_proj": _single, "mlp.linear_fc2": _single,
+    "self_attention.linear_qkv": _qkv,
+    "mlp.linear_fc1": _fc1,
+    "self_attention.linear_proj": _single,
+    "mlp.linear_fc2": _single,
 }
 
 

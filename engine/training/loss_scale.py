@@ -49,8 +49,13 @@ class UpdateTotals:
     @classmethod
     def alone(cls, batches: list[SeqBatch]) -> "UpdateTotals":
         """One rank computing these micro-batches on their own (no DP): forward-only passes and tests."""
-        return cls(sum(float(mb.mask.sum()) for mb in batches), sum(_responses(mb) for mb in batches), max(1, len(batches)), 1,
-                   sum(len(mb) for mb in batches))
+        return cls(
+            sum(float(mb.mask.sum()) for mb in batches),
+            sum(_responses(mb) for mb in batches),
+            max(1, len(batches)),
+            1,
+            sum(len(mb) for mb in batches),
+        )
 
     def scale(self, mb: SeqBatch, aggregation: str | None) -> float:
         """The factor that turns `mb`'s own aggregate into its part of the mini-batch's.

@@ -55,10 +55,18 @@ def policy_loss_fn(algorithm: AlgorithmSpec, horizon: int, choice: AlgorithmChoi
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = on_response_grid(vocab_parallel_entropy(logits), mb) * mb.mask
         inputs = A.LossInputs(
-            logprobs=logp, old_logprobs=old, mask=mb.mask,
+            logprobs=logp,
+            old_logprobs=old,
+            mask=mb.mask,
             advantages=mb.advantages if mb.advantages is not None else torch.zeros_like(mb.mask),
-            ref_logprobs=mb.ref_logprobs, rollout_logprobs=mb.rollout_logprobs, is_weights=weights, entropy=entropy,
-            horizon=horizon, global_tokens=totals.tokens, global_sequences=float(totals.sequences))
+            ref_logprobs=mb.ref_logprobs,
+            rollout_logprobs=mb.rollout_logprobs,
+            is_weights=weights,
+            entropy=entropy,
+            horizon=horizon,
+            global_tokens=totals.tokens,
+            global_sequences=float(totals.sequences),
+        )
         loss, st = surrogate.fn(inputs, **options)
         stats.update({"policy_loss": loss.detach(), **st})
         total = loss * totals.scale(mb, aggregation)

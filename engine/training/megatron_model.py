@@ -70,10 +70,15 @@ def rope_config(arch: LlamaArch) -> tuple[type | None, dict[str, Any], dict[str,
     if isinstance(scaling, LinearScaling):
         return None, {}, {**model, "seq_len_interpolation_factor": scaling.factor}
     if isinstance(scaling, YarnScaling):
-        fields = dict(yarn_rotary_scaling_factor=scaling.factor,
-                      yarn_original_max_position_embeddings=scaling.original_max_position_embeddings,
-                      yarn_beta_fast=scaling.beta_fast, yarn_beta_slow=scaling.beta_slow, yarn_mscale=scaling.mscale,
-                      yarn_mscale_all_dim=scaling.mscale_all_dim, yarn_correction_range_round_to_int=scaling.truncate)
+        fields = dict(
+            yarn_rotary_scaling_factor=scaling.factor,
+            yarn_original_max_position_embeddings=scaling.original_max_position_embeddings,
+            yarn_beta_fast=scaling.beta_fast,
+            yarn_beta_slow=scaling.beta_slow,
+            yarn_mscale=scaling.mscale,
+            yarn_mscale_all_dim=scaling.mscale_all_dim,
+            yarn_correction_range_round_to_int=scaling.truncate,
+        )
         return _yarn_transformer_config(), fields, {"position_embedding_type": "yarn"}
     return None, {}, model
 
@@ -119,8 +124,15 @@ def transformer_config(arch: LlamaArch, tp: int = 1, pp: int = 1, dtype: torch.d
     )
 
 
-def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0, dtype: torch.dtype = torch.float32,
-                    share_embeddings: bool | None = None, ep: int = 1):
+def build_gpt_model(
+    arch: LlamaArch,
+    tp: int = 1,
+    pp: int = 1,
+    pp_rank: int = 0,
+    dtype: torch.dtype = torch.float32,
+    share_embeddings: bool | None = None,
+    ep: int = 1,
+):
     """The GPTModel of one pipeline stage. megatron's parallel_state must already be initialised (with
     expert_model_parallel_size=ep for a mixture of experts).
 
@@ -132,10 +144,12 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
     megatron_cpu.apply()
     if arch.gemma:  # Gemma 3's layer: the engine's modules in megatron-core's local spec (gemma_layers.py)
         from .gemma_layers import gemma_block_spec
+
         spec = gemma_block_spec(arch, pp)
     else:
-        spec = get_gpt_layer_local_spec(num_experts=arch.num_experts or None, moe_grouped_gemm=False,
-                                        normalization="RMSNorm", qk_layernorm=arch.qk_norm)
+        spec = get_gpt_layer_local_spec(
+            num_experts=arch.num_experts or None, moe_grouped_gemm=False, normalization="RMSNorm", qk_layernorm=arch.qk_norm
+        )
     model = GPTModel(
         config=transformer_config(arch, tp, pp, dtype, ep),
         transformer_layer_spec=spec,
@@ -150,6 +164,7 @@ def build_gpt_model(arch: LlamaArch, tp: int = 1, pp: int = 1, pp_rank: int = 0,
     )
     if arch.gemma:
         from .gemma_layers import make_gemma
+
         make_gemma(model, arch)
     if pp_rank == pp - 1 and arch.padded_vocab_size(tp) != arch.vocab_size:
         mask_padded_vocab(model.output_layer, arch, tp)

@@ -27,9 +27,17 @@ def megatron_optimizer(spec: OptimizerSpec, model, dtype: torch.dtype):
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 
     chained = get_megatron_optimizer(
-        OptimizerConfig(optimizer="sgd" if spec.name == "sgd" else "adam", lr=spec.lr, weight_decay=spec.weight_decay,
-                        adam_beta1=spec.beta1, adam_beta2=spec.beta2, adam_eps=spec.eps, clip_grad=spec.grad_clip,
-                        bf16=dtype == torch.bfloat16, use_distributed_optimizer=True),
+        OptimizerConfig(
+            optimizer="sgd" if spec.name == "sgd" else "adam",
+            lr=spec.lr,
+            weight_decay=spec.weight_decay,
+            adam_beta1=spec.beta1,
+            adam_beta2=spec.beta2,
+            adam_eps=spec.eps,
+            clip_grad=spec.grad_clip,
+            bf16=dtype == torch.bfloat16,
+            use_distributed_optimizer=True,
+        ),
         [model],
     )
     for opt in chained.chained_optimizers:
@@ -54,9 +62,15 @@ def _fuse_adam(optimizer: torch.optim.Optimizer) -> None:
 # state would share one "step" tensor between parameters. So: walk the optimizer's own
 # (deterministic) parameter order, save clones, and on load give each parameter its own state.
 
+
 def _model_params(opt) -> list[torch.nn.Parameter]:
-    return [param for gbuf_range_maps in opt.gbuf_ranges for maps in gbuf_range_maps.values()
-            for gbuf_range_map in maps for param in gbuf_range_map["param_map"]]
+    return [
+        param
+        for gbuf_range_maps in opt.gbuf_ranges
+        for maps in gbuf_range_maps.values()
+        for gbuf_range_map in maps
+        for param in gbuf_range_map["param_map"]
+    ]
 
 
 def _main_param(opt, param: torch.nn.Parameter) -> torch.Tensor:

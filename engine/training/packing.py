@@ -65,8 +65,9 @@ class ModelInputs:
     def to(self, device: torch.device) -> "ModelInputs":
         mask = None if self.attention_mask is None else self.attention_mask.to(device)
         segments = None if self.segments is None else tuple(s.to(device) for s in self.segments)
-        return ModelInputs(self.input_ids.to(device), self.positions.to(device), mask, self.out_positions.to(device),
-                           self.out_rows.to(device), segments)
+        return ModelInputs(
+            self.input_ids.to(device), self.positions.to(device), mask, self.out_positions.to(device), self.out_rows.to(device), segments
+        )
 
     @property
     def tokens(self) -> int:
@@ -81,8 +82,7 @@ class ModelInputs:
 
 def layout_options(trainer: TrainerSpec) -> dict[str, bool | int | None]:
     """MegatronLM's layout arguments from the job's trainer section (the same for every model of a job)."""
-    return {"packed": trainer.sequence_packing, "share_prefix": trainer.shared_prefix,
-            "micro_batch_tokens": trainer.micro_batch_tokens}
+    return {"packed": trainer.sequence_packing, "share_prefix": trainer.shared_prefix, "micro_batch_tokens": trainer.micro_batch_tokens}
 
 
 def padded_inputs(mb: SeqBatch) -> ModelInputs:
@@ -96,7 +96,7 @@ def padded_inputs(mb: SeqBatch) -> ModelInputs:
 
 
 def _prompt(mb: SeqBatch, row: int) -> list[int]:
-    return mb.input_ids[row, :int(mb.prompt_lens[row])].tolist()
+    return mb.input_ids[row, : int(mb.prompt_lens[row])].tolist()
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _split_run(run: list[int], rows: list[_Row], span: float | None) -> list[lis
         cost = sum(_row_cost(prompt + fed[min(i + k, n)] - fed[i], span) for i in range(0, n, k))
         if cost < best_cost:
             best_k, best_cost = k, cost
-    return [run[i:i + best_k] for i in range(0, n, best_k)]
+    return [run[i : i + best_k] for i in range(0, n, best_k)]
 
 
 def _segments_of(rows: list[_Row], share_prefix: bool, span: float | None = None) -> list[list[int]]:
@@ -169,8 +169,7 @@ def _lengths(rows: list[_Row], share_prefix: bool, span: float | None) -> list[i
     return [len(rows[seg[0]].prompt) + sum(rows[r].read for r in seg) for seg in _segments_of(rows, share_prefix, span)]
 
 
-def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int | None = None,
-                  span: float | None = None) -> ModelInputs:
+def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int | None = None, span: float | None = None) -> ModelInputs:
     """One flat run of the micro-batch's segments back to back (each sequence a segment of its own
     without share_prefix; with it, one copy of a prompt followed by its consecutive samples),
     padded to `length` when given (a pipeline needs every micro-batch in one shape). `span`
@@ -190,7 +189,7 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
         for row in run:
             n, read = rows[row].response, rows[row].read
             first = len(ids)
-            ids += mb.input_ids[row, len(prompt):len(prompt) + read].tolist()
+            ids += mb.input_ids[row, len(prompt) : len(prompt) + read].tolist()
             positions += range(len(prompt), len(prompt) + read)
             owner += [row] * read
             # Token j is predicted by the position before it: the prompt's last for j = 0.
@@ -198,8 +197,14 @@ def packed_inputs(mb: SeqBatch, share_prefix: bool, pad_id: int = 0, length: int
         segments.append(Segment(start, len(ids) - start, _shared_prefix_mask(owner) if len(run) > 1 else None))
     # In response_slots order: row by row of mb, each row's tokens in order.
     out_positions = torch.tensor([p for row in range(len(rows)) for p in predicted_at[row]], dtype=torch.long)
-    x = ModelInputs(torch.tensor(ids, dtype=torch.long)[None], torch.tensor(positions, dtype=torch.long)[None], None,
-                    out_positions, torch.zeros_like(out_positions), tuple(segments))
+    x = ModelInputs(
+        torch.tensor(ids, dtype=torch.long)[None],
+        torch.tensor(positions, dtype=torch.long)[None],
+        None,
+        out_positions,
+        torch.zeros_like(out_positions),
+        tuple(segments),
+    )
     return x if length is None else pad_run(x, length, pad_id)
 
 

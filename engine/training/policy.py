@@ -110,19 +110,37 @@ class ModelPlace:
 def model_place() -> ModelPlace:
     from megatron.core import parallel_state as ps
 
-    return ModelPlace(ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
-                      ps.get_tensor_model_parallel_rank(), ps.get_pipeline_model_parallel_rank(),
-                      ps.get_data_parallel_rank(), ps.get_data_parallel_world_size(),
-                      ps.get_expert_model_parallel_world_size(), ps.get_expert_model_parallel_rank())
+    return ModelPlace(
+        ps.get_tensor_model_parallel_world_size(),
+        ps.get_pipeline_model_parallel_world_size(),
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_pipeline_model_parallel_rank(),
+        ps.get_data_parallel_rank(),
+        ps.get_data_parallel_world_size(),
+        ps.get_expert_model_parallel_world_size(),
+        ps.get_expert_model_parallel_rank(),
+    )
 
 
 class MegatronLM:
     """One rank's shard of a policy, reference policy or critic."""
 
-    def __init__(self, arch: LlamaArch, hf_state: Mapping[str, torch.Tensor], *, dtype: torch.dtype = torch.float32,
-                 optimizer: OptimizerSpec | None = None, value_head: bool = False, packed: bool = False,
-                 share_prefix: bool = False, micro_batch_tokens: int | None = None, pad_id: int = 0,
-                 logit_temperature: float = 1.0, lora: LoRASpec | None = None, lora_seed: int = 0):
+    def __init__(
+        self,
+        arch: LlamaArch,
+        hf_state: Mapping[str, torch.Tensor],
+        *,
+        dtype: torch.dtype = torch.float32,
+        optimizer: OptimizerSpec | None = None,
+        value_head: bool = False,
+        packed: bool = False,
+        share_prefix: bool = False,
+        micro_batch_tokens: int | None = None,
+        pad_id: int = 0,
+        logit_temperature: float = 1.0,
+        lora: LoRASpec | None = None,
+        lora_seed: int = 0,
+    ):
         """packed: each micro-batch as one row of its sequences back to back (packing.py);
         share_prefix: with packed, one copy of a prompt for its consecutive samples;
         micro_batch_tokens: micro-batches by a token budget, and DP shards by tokens;
@@ -144,8 +162,7 @@ class MegatronLM:
         self.logit_temperature = 1.0 if value_head else logit_temperature
         place = self.place
         tied = arch.tie_word_embeddings and not value_head
-        module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied,
-                                 ep=place.ep)
+        module = build_gpt_model(arch, tp=place.tp, pp=place.pp, pp_rank=place.pp_rank, dtype=dtype, share_embeddings=tied, ep=place.ep)
         shard = hf_to_megatron(hf_state, arch, place.tp_rank, place.tp, place.pp_rank, place.pp, place.ep_rank, place.ep)
         if value_head:
             shard.pop("output_layer.weight", None)
@@ -168,9 +185,21 @@ class MegatronLM:
         # rank's device, where DDP, the optimizer and every micro-batch live.
         self.device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         module.to(self.device)
-        self.adapters: Adapters | None = None if lora is None else attach(
-            module, arch, lora, tp=place.tp, tp_rank=place.tp_rank, pp=place.pp, pp_rank=place.pp_rank, dp_rank=place.dp_rank,
-            seed=lora_seed)
+        self.adapters: Adapters | None = (
+            None
+            if lora is None
+            else attach(
+                module,
+                arch,
+                lora,
+                tp=place.tp,
+                tp_rank=place.tp_rank,
+                pp=place.pp,
+                pp_rank=place.pp_rank,
+                dp_rank=place.dp_rank,
+                seed=lora_seed,
+            )
+        )
         self.trainable = optimizer is not None
         if not self.trainable:
             module.requires_grad_(False)
@@ -178,8 +207,9 @@ class MegatronLM:
             return
         self.model = DistributedDataParallel(
             config=module.config,
-            ddp_config=DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
-                                                     average_in_collective=True, use_distributed_optimizer=True),
+            ddp_config=DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True, overlap_grad_reduce=False, average_in_collective=True, use_distributed_optimizer=True
+            ),
             module=module,
         )
         skip_identity_collectives(self.model)
@@ -196,8 +226,14 @@ class MegatronLM:
             raise RuntimeError("a layer ran outside the schedule's forward step: no micro-batch is being computed")
         return self.current
 
-    def _schedule(self, batches: list[SeqBatch], loss_fn: LossFn, forward_only: bool,
-                  totals: UpdateTotals | None = None, inputs: list[ModelInputs] | None = None) -> list[dict[str, torch.Tensor]]:
+    def _schedule(
+        self,
+        batches: list[SeqBatch],
+        loss_fn: LossFn,
+        forward_only: bool,
+        totals: UpdateTotals | None = None,
+        inputs: list[ModelInputs] | None = None,
+    ) -> list[dict[str, torch.Tensor]]:
         """`inputs`: the micro-batches in this model's layout when the caller built them already."""
         from megatron.core import parallel_state as ps
         from megatron.core.pipeline_parallel import get_forward_backward_func
@@ -219,8 +255,13 @@ class MegatronLM:
             return output, lambda out: loss_fn(out, mb, totals)
 
         results = get_forward_backward_func()(
-            forward_step_func=forward_step, data_iterator=iter(list(zip(batches, inputs))), model=[self.model],
-            num_microbatches=len(batches), seq_length=seq, micro_batch_size=size, forward_only=forward_only,
+            forward_step_func=forward_step,
+            data_iterator=iter(list(zip(batches, inputs))),
+            model=[self.model],
+            num_microbatches=len(batches),
+            seq_length=seq,
+            micro_batch_size=size,
+            forward_only=forward_only,
         )
         if self.place.pp > 1:
             # Only the last stage computed the results; the other stages of the pipeline get a copy.
@@ -241,7 +282,11 @@ class MegatronLM:
         if self.micro_batch_tokens is None:
             mbs = micro_batches(batch, micro_batch_size)
         else:
-            mbs = token_micro_batches(batch, self.micro_batch_tokens, self.share_prefix, self.span) if len(batch) or self.place.ep == 1 else []
+            mbs = (
+                token_micro_batches(batch, self.micro_batch_tokens, self.share_prefix, self.span)
+                if len(batch) or self.place.ep == 1
+                else []
+            )
         return self._as_many_as_the_expert_group(batch, mbs)
 
     def _as_many_as_the_expert_group(self, batch: SeqBatch, mbs: list[SeqBatch]) -> list[SeqBatch]:
@@ -260,11 +305,13 @@ class MegatronLM:
         while len(mbs) < wanted:
             largest = max(range(len(mbs)), key=lambda i: len(mbs[i]), default=None)
             if largest is None or len(mbs[largest]) < 2:
-                raise RuntimeError(f"expert parallelism (ep={self.place.ep}) runs every micro-batch on all the ranks of "
-                                   f"an ep group: another rank has {wanted} micro-batches and this one only {len(batch)} "
-                                   "rows; give each data-parallel rank more rows per update, or use ep=1")
+                raise RuntimeError(
+                    f"expert parallelism (ep={self.place.ep}) runs every micro-batch on all the ranks of "
+                    f"an ep group: another rank has {wanted} micro-batches and this one only {len(batch)} "
+                    "rows; give each data-parallel rank more rows per update, or use ep=1"
+                )
             mb, half = mbs[largest], len(mbs[largest]) // 2
-            mbs[largest:largest + 1] = [mb.select(slice(0, half)), mb.select(slice(half, len(mb)))]
+            mbs[largest : largest + 1] = [mb.select(slice(0, half)), mb.select(slice(half, len(mb)))]
         return mbs
 
     def model_inputs(self, batches: list[SeqBatch]) -> list[ModelInputs]:
@@ -280,6 +327,7 @@ class MegatronLM:
     @torch.no_grad()
     def response_logprobs(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
         """Per micro-batch, [b, R] log-probs of the response tokens (0 outside the mask)."""
+
         def collect(logits: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
             return logits.sum() * 0, {"out": response_logprobs_from_logits(logits, mb)}
 
@@ -289,6 +337,7 @@ class MegatronLM:
     @torch.no_grad()
     def response_values(self, batches: list[SeqBatch]) -> list[torch.Tensor]:
         """Critic: per micro-batch, [b, R] value of the state before each response token."""
+
         def collect(values: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
             return values.sum() * 0, {"out": on_response_grid(values.float(), mb) * mb.mask}
 
@@ -299,14 +348,16 @@ class MegatronLM:
     def response_outputs(self, batches: list[SeqBatch], per_token: Callable[[torch.Tensor, SeqBatch], torch.Tensor]) -> list[torch.Tensor]:
         """Per micro-batch, [b, R] what `per_token` makes of the last stage's output at the response
         tokens (forward only): another statistic of the policy than its log-probs."""
+
         def collect(output: torch.Tensor, mb: SeqBatch, totals: UpdateTotals):
             return output.sum() * 0, {"out": per_token(output, mb)}
 
         self.model.eval()
         return [r["out"].cpu() for r in self._schedule(batches, collect, forward_only=True)]
 
-    def accumulate_gradients(self, batches: list[SeqBatch], loss_fn: LossFn, totals: UpdateTotals,
-                             inputs: list[ModelInputs] | None = None) -> list[dict[str, torch.Tensor]]:
+    def accumulate_gradients(
+        self, batches: list[SeqBatch], loss_fn: LossFn, totals: UpdateTotals, inputs: list[ModelInputs] | None = None
+    ) -> list[dict[str, torch.Tensor]]:
         """Forward and backward over the micro-batches into fresh gradient buffers (reduced over DP
         at the end); returns each micro-batch's stats."""
         self.model.train()
@@ -339,8 +390,7 @@ class MegatronLM:
         stats.update(_computed(batches, inputs, stats["backward_seconds"]))
         return stats
 
-    def rows_over_dp(self, compute: Callable[[list[SeqBatch]], list[torch.Tensor]], batch: SeqBatch,
-                     micro_batch_size: int) -> torch.Tensor:
+    def rows_over_dp(self, compute: Callable[[list[SeqBatch]], list[torch.Tensor]], batch: SeqBatch, micro_batch_size: int) -> torch.Tensor:
         """Run `compute` (a per-micro-batch forward) on this DP rank's rows; every rank gets all rows."""
         from megatron.core import parallel_state as ps
 
@@ -349,13 +399,12 @@ class MegatronLM:
         if mbs and self.place.pp > 1:  # every pipeline micro-batch has the same shape
             mbs[-1] = pad_rows(mbs[-1], micro_batch_size)
         parts = compute(mbs)
-        local = torch.cat(parts)[:len(mine)] if parts else torch.zeros(0, batch.mask.shape[1])
+        local = torch.cat(parts)[: len(mine)] if parts else torch.zeros(0, batch.mask.shape[1])
         gathered: list = [None] * self.place.dp_size
         dist.all_gather_object(gathered, local, group=ps.get_data_parallel_group())
         return torch.cat(gathered)
 
-    def train_plan(self, batch: SeqBatch, plan: list[MiniBatch], loss_fn: LossFn,
-                   micro_batch_size: int) -> list[dict[str, float]]:
+    def train_plan(self, batch: SeqBatch, plan: list[MiniBatch], loss_fn: LossFn, micro_batch_size: int) -> list[dict[str, float]]:
         """One update per mini-batch of `batch`, each split over DP."""
         stats = []
         for update in plan:
@@ -394,8 +443,11 @@ class MegatronLM:
 
     def state_dict(self) -> dict[str, Any]:
         """With LoRA, the adapter alone: the base is the model's own folder, frozen."""
-        state: dict[str, Any] = {"model": self.megatron_state()} if self.adapters is None else \
-            {"adapter": self.adapters.state(), "dropout_rng": self.adapters.generator.get_state()}
+        state: dict[str, Any] = (
+            {"model": self.megatron_state()}
+            if self.adapters is None
+            else {"adapter": self.adapters.state(), "dropout_rng": self.adapters.generator.get_state()}
+        )
         if self.optimizer is not None:
             state["optimizer"] = optimizer_state(self.optimizer)
         return state
@@ -444,8 +496,11 @@ def _moe_losses(num_micro_batches: int) -> dict[str, float]:
 def _computed(batches: list[SeqBatch], inputs: list[ModelInputs], seconds: float) -> dict[str, float]:
     """What an update's layout made the model compute, and how fast."""
     positions = float(sum(x.tokens for x in inputs))
-    return {"train_positions": positions, "train_positions_per_token": positions_per_token(batches, inputs),
-            "train_tokens_per_second": positions / max(seconds, 1e-9)}
+    return {
+        "train_positions": positions,
+        "train_positions_per_token": positions_per_token(batches, inputs),
+        "train_tokens_per_second": positions / max(seconds, 1e-9),
+    }
 
 
 def _mean_stats(results: list[dict[str, torch.Tensor]]) -> dict[str, float]:

@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from .packing import Segment
 
 
-def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: Sequence[Segment],
-                      scale: float) -> torch.Tensor:
+def segment_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, segments: Sequence[Segment], scale: float
+) -> torch.Tensor:
     """query [T, 1, heads, d], key and value [T, 1, groups, d] (Megatron's [s, b, n, d], one row)
     -> context [T, 1, heads x d]. Positions after the last segment (a pipeline's padding) get a
     zero context."""
@@ -36,10 +37,18 @@ def segment_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     if end > length:
         raise ValueError(f"segments cover {end} positions of a run of {length}")
     q, k, v = (x[:, 0].transpose(0, 1) for x in (query, key, value))  # [n, T, d]
-    parts = [F.scaled_dot_product_attention(
-        q[None, :, s.start:s.start + s.length], k[None, :, s.start:s.start + s.length],
-        v[None, :, s.start:s.start + s.length], attn_mask=s.allowed, is_causal=s.allowed is None, scale=scale,
-        enable_gqa=True)[0] for s in segments]
+    parts = [
+        F.scaled_dot_product_attention(
+            q[None, :, s.start : s.start + s.length],
+            k[None, :, s.start : s.start + s.length],
+            v[None, :, s.start : s.start + s.length],
+            attn_mask=s.allowed,
+            is_causal=s.allowed is None,
+            scale=scale,
+            enable_gqa=True,
+        )[0]
+        for s in segments
+    ]
     if end < length:
         parts.append(q.new_zeros(heads, length - end, dim))
     return torch.cat(parts, dim=1).transpose(0, 1).reshape(length, 1, heads * dim)

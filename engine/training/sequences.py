@@ -56,8 +56,13 @@ class MaskedTokens(list):
         self.mask = [int(m) for m in mask]
 
 
-def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], pad_id: int, length: int | None = None,
-         response_width: int | None = None) -> SeqBatch:
+def pack(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
+    length: int | None = None,
+    response_width: int | None = None,
+) -> SeqBatch:
     """Pad prompt+response pairs into one batch (to `length` / `response_width` when given, so that
     every micro-batch of a pipeline has the same shape). The mask is 1 on each response's tokens, or
     a MaskedTokens response's own mask."""
@@ -67,9 +72,9 @@ def pack(prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], p
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
     mask = torch.zeros(len(prompts), R)
     for b, (p, r) in enumerate(zip(prompts, responses)):
-        ids[b, :len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
+        ids[b, : len(p) + len(r)] = torch.tensor(list(p) + list(r), dtype=torch.long)
         own = getattr(r, "mask", None)
-        mask[b, :len(r)] = 1.0 if own is None else torch.tensor(own, dtype=mask.dtype)
+        mask[b, : len(r)] = 1.0 if own is None else torch.tensor(own, dtype=mask.dtype)
     return SeqBatch(ids, torch.tensor([len(p) for p in prompts]), torch.tensor([len(r) for r in responses]), mask)
 
 
@@ -111,7 +116,7 @@ def pad_rows(batch: SeqBatch, rows: int) -> SeqBatch:
     if extra <= 0:
         return batch
     padded = batch.select([*range(len(batch)), *([0] * extra)])
-    padded.mask[len(batch):] = 0
+    padded.mask[len(batch) :] = 0
     return padded
 
 

@@ -20,8 +20,9 @@ def unit_rows(units: Iterable[int], unit: int) -> list[int]:
     return [unit * u + r for u in units for r in range(unit)]
 
 
-def train_units(model: MegatronLM, batch: SeqBatch, plan: list[MiniBatch], loss_fn: LossFn, micro_batch_size: int,
-                unit: int) -> list[dict[str, float]]:
+def train_units(
+    model: MegatronLM, batch: SeqBatch, plan: list[MiniBatch], loss_fn: LossFn, micro_batch_size: int, unit: int
+) -> list[dict[str, float]]:
     """One update per mini-batch of `plan` (in units), each split over DP by whole units; a
     micro-batch holds micro_batch_size units. unit 1 is MegatronLM.train_plan."""
     if unit == 1:

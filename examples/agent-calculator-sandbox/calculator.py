@@ -9,8 +9,14 @@ import operator
 from fractions import Fraction
 
 MAX_CHARS, MAX_NODES, MAX_EXPONENT, MAX_BITS = 512, 256, 1024, 4096
-BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-          ast.FloorDiv: lambda a, b: Fraction(a // b), ast.Mod: operator.mod}
+BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: lambda a, b: Fraction(a // b),
+    ast.Mod: operator.mod,
+}
 
 
 def _checked(value):
@@ -55,7 +61,7 @@ def _format(value):
         places = max(places, count)
     if d != 1:
         return f"{value.numerator}/{value.denominator}"
-    digits = str(abs(value.numerator) * 10 ** places // value.denominator).rjust(places + 1, "0")
+    digits = str(abs(value.numerator) * 10**places // value.denominator).rjust(places + 1, "0")
     return ("-" if value < 0 else "") + digits[:-places] + "." + digits[-places:]
 
 

@@ -1,9 +1,9 @@
 """A new advantage estimator for kuberl, with no change to kuberl: score minus its group's median.
 
-    algorithm:
-      name: grpo
-      plugins: [{path: examples/plugins/median_baseline.py}]
-      advantage: {name: median_baseline, options: {scale: 1.0}}
+algorithm:
+  name: grpo
+  plugins: [{path: examples/plugins/median_baseline.py}]
+  advantage: {name: median_baseline, options: {scale: 1.0}}
 """
 
 import torch

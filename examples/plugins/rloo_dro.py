@@ -9,7 +9,9 @@ penalty on the log-ratio in place of PPO's clip, at a beta of its own.
 from kuberl.engine.algorithms import register_preset
 
 register_preset(
-    "rloo_dro", summary="RLOO's baseline, DRO's quadratic penalty on the log-ratio instead of a clip",
-    advantage="rloo", policy_loss="dro",
+    "rloo_dro",
+    summary="RLOO's baseline, DRO's quadratic penalty on the log-ratio instead of a clip",
+    advantage="rloo",
+    policy_loss="dro",
     policy_loss_options=lambda spec, block: {"beta": 0.05, "aggregation": spec.loss_aggregation},
 )

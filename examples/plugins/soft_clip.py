@@ -1,9 +1,9 @@
 """A new policy loss for kuberl, with no change to kuberl: PPO's surrogate with the ratio squashed by tanh.
 
-    algorithm:
-      name: grpo
-      plugins: [{path: examples/plugins/soft_clip.py}]
-      policyLoss: {name: soft_clip, options: {width: 0.2}}
+algorithm:
+  name: grpo
+  plugins: [{path: examples/plugins/soft_clip.py}]
+  policyLoss: {name: soft_clip, options: {width: 0.2}}
 """
 
 import torch

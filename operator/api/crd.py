@@ -34,15 +34,31 @@ CRD_FILE_NAME = f"{GROUP}_{PLURAL}.yaml"
 # holds them; their inner fields are documented by Kubernetes (`kubectl explain pod.spec.affinity`).
 # Repeated in every role, their inner descriptions would cost about 25 KiB of a CRD that client-side
 # `kubectl apply` must fit in one 256 KiB annotation.
-_KUBE_TYPES = frozenset(name for name, value in vars(kube_types).items()
-                        if isinstance(value, type) and value.__module__ == kube_types.__name__)
+_KUBE_TYPES = frozenset(
+    name for name, value in vars(kube_types).items() if isinstance(value, type) and value.__module__ == kube_types.__name__
+)
 
 # Keys of JSON Schema that a structural schema may carry over unchanged.
 _KEPT = {
-    "type", "description", "default", "enum", "format", "pattern",
-    "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
-    "minProperties", "maxProperties", "x-kubernetes-validations", "x-kubernetes-list-type",
-    "x-kubernetes-list-map-keys", "x-kubernetes-int-or-string", "x-kubernetes-preserve-unknown-fields",
+    "type",
+    "description",
+    "default",
+    "enum",
+    "format",
+    "pattern",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-int-or-string",
+    "x-kubernetes-preserve-unknown-fields",
 }
 
 
@@ -200,10 +216,18 @@ def rljob_crd() -> dict[str, Any]:
                         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
                         {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
                         {"name": "Reward", "type": "number", "jsonPath": ".status.metrics.rewardMean"},
-                        {"name": "Progress", "type": "integer", "jsonPath": ".status.progress",
-                         "description": "percent of totalSteps done"},
-                        {"name": "ETA", "type": "integer", "jsonPath": ".status.etaSeconds",
-                         "description": "seconds until the last step, as estimated at the last step"},
+                        {
+                            "name": "Progress",
+                            "type": "integer",
+                            "jsonPath": ".status.progress",
+                            "description": "percent of totalSteps done",
+                        },
+                        {
+                            "name": "ETA",
+                            "type": "integer",
+                            "jsonPath": ".status.etaSeconds",
+                            "description": "seconds until the last step, as estimated at the last step",
+                        },
                         {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
@@ -229,5 +253,3 @@ class _NoAliasDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
-
-

@@ -51,8 +51,9 @@ class CacheSpec(SpecModel):
 class InitializerSpec(SpecModel):
     """The pod that downloads the job's hub repositories into the cache before the trainers start."""
 
-    env: list[kube_types.EnvVar] | None = Field(default=None, max_length=32, json_schema_extra={
-        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    env: list[kube_types.EnvVar] | None = Field(
+        default=None, max_length=32, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    )
     """Its environment: HF_ENDPOINT for a mirror or an in-cluster proxy, HTTPS_PROXY, ..."""
     resources: ResourceRequirements | None = None
     active_deadline_seconds: int = Field(default=7200, ge=60, le=7 * 86400)

@@ -43,15 +43,33 @@ def _pattern_errors(value: str, pattern: str, max_length: int, what: str, exampl
 
 
 def dns1123_label_errors(value: str) -> list[str]:
-    return _pattern_errors(value, DNS1123_LABEL, 63, "must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit", "my-name")
+    return _pattern_errors(
+        value,
+        DNS1123_LABEL,
+        63,
+        "must be a DNS-1123 label: lower-case letters, digits and '-', starting and ending with a letter or digit",
+        "my-name",
+    )
 
 
 def dns1123_subdomain_errors(value: str) -> list[str]:
-    return _pattern_errors(value, DNS1123_SUBDOMAIN, 253, "must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit", "example.com")
+    return _pattern_errors(
+        value,
+        DNS1123_SUBDOMAIN,
+        253,
+        "must be a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit",
+        "example.com",
+    )
 
 
 def dns1035_label_errors(value: str) -> list[str]:
-    return _pattern_errors(value, DNS1035_LABEL, 63, "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit", "my-name")
+    return _pattern_errors(
+        value,
+        DNS1035_LABEL,
+        63,
+        "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit",
+        "my-name",
+    )
 
 
 def qualified_name_errors(value: str) -> list[str]:
@@ -65,14 +83,19 @@ def qualified_name_errors(value: str) -> list[str]:
     if not name:
         return errors + ["name part must be non-empty"]
     errors += _pattern_errors(
-        name, rf"^{_NAME_PART}$", 63,
-        "name part must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit", "my.key",
+        name,
+        rf"^{_NAME_PART}$",
+        63,
+        "name part must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+        "my.key",
     )
     return errors
 
 
 def label_value_errors(value: str) -> list[str]:
-    return _pattern_errors(value, LABEL_VALUE, 63, "must be empty or letters, digits, '-', '_' or '.', starting and ending with a letter or digit", "v1.2")
+    return _pattern_errors(
+        value, LABEL_VALUE, 63, "must be empty or letters, digits, '-', '_' or '.', starting and ending with a letter or digit", "v1.2"
+    )
 
 
 def generate_name_errors(value: str) -> list[str]:
@@ -94,9 +117,13 @@ def _cel_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-LabelKey = Annotated[str, _checked(qualified_name_errors), WithJsonSchema({"type": "string", "maxLength": LABEL_KEY_MAX, "pattern": LABEL_KEY})]
+LabelKey = Annotated[
+    str, _checked(qualified_name_errors), WithJsonSchema({"type": "string", "maxLength": LABEL_KEY_MAX, "pattern": LABEL_KEY})
+]
 LabelValue = Annotated[str, _checked(label_value_errors), WithJsonSchema({"type": "string", "maxLength": 63, "pattern": LABEL_VALUE})]
-DNSSubdomain = Annotated[str, _checked(dns1123_subdomain_errors), WithJsonSchema({"type": "string", "maxLength": 253, "pattern": DNS1123_SUBDOMAIN})]
+DNSSubdomain = Annotated[
+    str, _checked(dns1123_subdomain_errors), WithJsonSchema({"type": "string", "maxLength": 253, "pattern": DNS1123_SUBDOMAIN})
+]
 DNSLabel = Annotated[str, _checked(dns1123_label_errors), WithJsonSchema({"type": "string", "maxLength": 63, "pattern": DNS1123_LABEL})]
 
 # --- paths and names inside a container ---------------------------------------------------------
@@ -123,9 +150,16 @@ MOUNT_PATH_CEL = (
 MountPath = Annotated[
     str,
     _checked(mount_path_errors),
-    WithJsonSchema({"type": "string", "minLength": 2, "maxLength": MOUNT_PATH_MAX, "x-kubernetes-validations": [
-        {"rule": MOUNT_PATH_CEL, "message": "must be an absolute path other than /, without //, . or .. segments or a trailing /"},
-    ]}),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "minLength": 2,
+            "maxLength": MOUNT_PATH_MAX,
+            "x-kubernetes-validations": [
+                {"rule": MOUNT_PATH_CEL, "message": "must be an absolute path other than /, without //, . or .. segments or a trailing /"},
+            ],
+        }
+    ),
     Field(min_length=2, max_length=MOUNT_PATH_MAX),
 ]
 """A container path: absolute, not /, with no //, . or .. segments and no trailing /."""
@@ -134,7 +168,13 @@ ENV_VAR_NAME = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 
 
 def env_var_name_errors(value: str) -> list[str]:
-    return _pattern_errors(value, ENV_VAR_NAME, 256, "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit", "MY_VAR")
+    return _pattern_errors(
+        value,
+        ENV_VAR_NAME,
+        256,
+        "must be an environment variable name: letters, digits, '_', '-' or '.', not starting with a digit",
+        "MY_VAR",
+    )
 
 
 EnvVarName = Annotated[str, _checked(env_var_name_errors), WithJsonSchema({"type": "string", "maxLength": 256, "pattern": ENV_VAR_NAME})]
@@ -174,9 +214,22 @@ SelectorLabels = Annotated[
 
 _QUANTITY = re.compile(r"^(?P<number>[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+))(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
 _SUFFIX = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
 }
 _MAX_EXPONENT = 1000  # resource.Quantity saturates far below this; bounded work on "1e999999999"
 
@@ -217,12 +270,14 @@ NON_NEGATIVE_QUANTITY = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]
 Quantity = Annotated[
     int | str,
     PlainValidator(_non_negative_quantity),  # one message for a wrong type, not one per union branch
-    WithJsonSchema({
-        "x-kubernetes-int-or-string": True,
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": NON_NEGATIVE_QUANTITY,
-        "minimum": 0,
-    }),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": NON_NEGATIVE_QUANTITY,
+            "minimum": 0,
+        }
+    ),
 ]
 
 

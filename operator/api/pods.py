@@ -31,8 +31,18 @@ RESERVED_PATHS = ("/tmp", "/dev/shm", CONFIG_DIR, CACHE_DIR)
 
 # Every variable the planner or the worker sets in a trainer or initializer container.
 RESERVED_ENV = (
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "POD_NAMESPACE", "HOME",
-    "HF_TOKEN", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "POD_NAMESPACE",
+    "HOME",
+    "HF_TOKEN",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
     *sorted(env for _, env in SECRET_ENV.values()),
 )
 RESERVED_ENV_PREFIX = "KUBERL_"
@@ -41,8 +51,14 @@ RESERVED_VOLUME_PREFIX = "kuberl-"
 """kuberl's own volumes are named kuberl-*, so a user's volume name never collides with them."""
 
 # Label and annotation keys that kuberl, the Job controller, JobSet and the gang schedulers set or read.
-RESERVED_KEY_PREFIXES = ("kuberl.dev/", "batch.kubernetes.io/", "jobset.sigs.k8s.io/", "kueue.x-k8s.io/", "scheduling.k8s.io/",
-                         "volcano.sh/")
+RESERVED_KEY_PREFIXES = (
+    "kuberl.dev/",
+    "batch.kubernetes.io/",
+    "jobset.sigs.k8s.io/",
+    "kueue.x-k8s.io/",
+    "scheduling.k8s.io/",
+    "volcano.sh/",
+)
 RESERVED_KEYS = ("job-name", "controller-uid")
 
 
@@ -97,9 +113,8 @@ class Volume(kube_types.Volume):
         Rule(
             message="give exactly one volume source (persistentVolumeClaim, configMap, secret, emptyDir, nfs, csi, ...)",
             check=lambda s: sum(getattr(s, f) is not None for f in type(s).model_fields if f != "name") == 1,
-            cel=" + ".join(
-                f"(has(self.{info.alias}) ? 1 : 0)" for f, info in kube_types.Volume.model_fields.items() if f != "name"
-            ) + " == 1",
+            cel=" + ".join(f"(has(self.{info.alias}) ? 1 : 0)" for f, info in kube_types.Volume.model_fields.items() if f != "name")
+            + " == 1",
         ),
     )
 
@@ -131,11 +146,13 @@ def _reserved_keys(s: "PodTemplate") -> list[str]:
 class PodTemplate(SpecModel):
     """What a role adds to its pods: mounts of the job's volumes, environment, metadata, runtime class."""
 
-    volume_mounts: list[kube_types.VolumeMount] | None = Field(default=None, max_length=32, json_schema_extra={
-        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]})
+    volume_mounts: list[kube_types.VolumeMount] | None = Field(
+        default=None, max_length=32, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["mountPath"]}
+    )
     """Mounts of spec.volumes in the trainer container; each mountPath at most once."""
-    env: list[kube_types.EnvVar] | None = Field(default=None, max_length=64, json_schema_extra={
-        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    env: list[kube_types.EnvVar] | None = Field(
+        default=None, max_length=64, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    )
     """Environment variables of the trainer container (value, or valueFrom a Secret or ConfigMap key)."""
     env_from: list[kube_types.EnvFromSource] | None = Field(default=None, max_length=16)
     """Every key of a Secret or ConfigMap as a variable; kuberl's own variables take precedence."""

@@ -26,7 +26,10 @@ CATEGORIES = ["kuberl"]
 # Children are named <job>-<role>[-<index>]; Kubernetes caps names that become labels and
 # hostnames at 63 characters, so the job's own name must leave room for "-critic-" and an index.
 MAX_NAME_LENGTH = 42
-DNS_LABEL = pattern(r"^[a-z]([-a-z0-9]*[a-z0-9])?$", "a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (it names the job's pods and Service)")
+DNS_LABEL = pattern(
+    r"^[a-z]([-a-z0-9]*[a-z0-9])?$",
+    "a DNS-1035 label: lower-case letters, digits and '-', starting with a letter and ending with a letter or digit (it names the job's pods and Service)",
+)
 
 
 class ObjectMeta(kube_types.ObjectMeta):

@@ -16,11 +16,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RoleName = Literal["actor", "critic", "ref", "reward", "rollout"]
 ROLE_NAMES: tuple[RoleName, ...] = ("actor", "critic", "ref", "reward", "rollout")
 
+
 def _over_limit(s: "ResourceRequirements") -> list[str]:
-    return [
-        name for name, request in s.requests.items()
-        if name in s.limits and parse_quantity(request) > parse_quantity(s.limits[name])
-    ]
+    return [name for name, request in s.requests.items() if name in s.limits and parse_quantity(request) > parse_quantity(s.limits[name])]
 
 
 class ResourceRequirements(SpecModel):
@@ -92,8 +90,7 @@ class Toleration(SpecModel):
 
 # CEL for "this role's own ranks", with the defaults of unset fields spelt out.
 _OWN_RANKS_CEL = (
-    "(has(self.replicas) ? self.replicas : 1)"
-    " * ((has(self.gpusPerReplica) && self.gpusPerReplica > 0) ? self.gpusPerReplica : 1)"
+    "(has(self.replicas) ? self.replicas : 1) * ((has(self.gpusPerReplica) && self.gpusPerReplica > 0) ? self.gpusPerReplica : 1)"
 )
 _LAYOUT_SIZE_CEL = "self.layout.tp * self.layout.pp * self.layout.dp"
 _PLACEMENT_FIELDS = {
@@ -213,10 +210,12 @@ class Roles(SpecModel):
         *(
             Rule(
                 message="a colocated role's layout must cover the actor's ranks: tp*pp*dp = the actor's ranks",
-                check=lambda s, r=role: getattr(s, r) is None
-                or getattr(s, r).colocate_with is None
-                or getattr(s, r).layout is None
-                or getattr(s, r).layout.world_size == s.actor.own_ranks,
+                check=lambda s, r=role: (
+                    getattr(s, r) is None
+                    or getattr(s, r).colocate_with is None
+                    or getattr(s, r).layout is None
+                    or getattr(s, r).layout.world_size == s.actor.own_ranks
+                ),
                 cel=(
                     f"!has(self.{role}) || !has(self.{role}.colocateWith) || !has(self.{role}.layout)"
                     f" || self.{role}.layout.tp * self.{role}.layout.pp * self.{role}.layout.dp"
@@ -235,19 +234,14 @@ class Roles(SpecModel):
 
     def pods(self) -> dict[str, int]:
         """Pods of each role that has pods of its own (colocated roles have none), actor first."""
-        return {
-            name: role.replicas or 1
-            for name, role in self.present().items()
-            if not getattr(role, "colocate_with", None)
-        }
+        return {name: role.replicas or 1 for name, role in self.present().items() if not getattr(role, "colocate_with", None)}
 
     def pod_template(self, name: RoleName) -> PodGroupSpec:
         """What a role's own pods are made from: its spec; for roles.rollout, the actor's pod settings with the
         rollout role's replicas and gpusPerReplica (a rollout pod runs where and as the actor's do)."""
         role = getattr(self, name)
         if isinstance(role, RolloutRoleSpec):
-            return self.actor.model_copy(update={"replicas": role.replicas, "gpus_per_replica": role.gpus_per_replica,
-                                                 "layout": None})
+            return self.actor.model_copy(update={"replicas": role.replicas, "gpus_per_replica": role.gpus_per_replica, "layout": None})
         return role
 
     def ranks(self, name: RoleName) -> int:

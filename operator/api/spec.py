@@ -50,8 +50,22 @@ class LocalObjectReference(SpecModel):
 # What a running job cannot change: its pods, engine config and checkpoints depend on them.
 # runPolicy (suspend, backoffLimit, deadlines) stays mutable.
 IMMUTABLE_FIELDS = (
-    "model", "tokenizer", "data", "algorithm", "rollout", "reward", "roles", "trainer", "monitoring",
-    "image", "imagePullPolicy", "imagePullSecrets", "serviceAccountName", "volumes", "cache", "initializer",
+    "model",
+    "tokenizer",
+    "data",
+    "algorithm",
+    "rollout",
+    "reward",
+    "roles",
+    "trainer",
+    "monitoring",
+    "image",
+    "imagePullPolicy",
+    "imagePullSecrets",
+    "serviceAccountName",
+    "volumes",
+    "cache",
+    "initializer",
 )
 
 
@@ -76,7 +90,9 @@ def _mini_batch(s: "RLJobSpec") -> int:
 # CRD's defaults before it evaluates a rule, but rollout itself may be absent).
 _SAMPLES_CEL = f"({pairs_cel('self.algorithm')} || !has(self.rollout) ? 1 : self.rollout.samplesPerPrompt)"
 _PAIRS, _REFERENCE = words(PAIR_PRESETS), words(REFERENCE_PRESETS)
-_GROUP_OPTIONS = words(f"{name}'s {option_manifest_name(k)}: {str(v).lower()}" for name, e in ADVANTAGES.items() for k, v in e.group_options.items())
+_GROUP_OPTIONS = words(
+    f"{name}'s {option_manifest_name(k)}: {str(v).lower()}" for name, e in ADVANTAGES.items() for k, v in e.group_options.items()
+)
 _SEQUENCES_CEL = f"self.trainer.promptsPerStep * {_SAMPLES_CEL}"
 _MINI_CEL = f"(has(self.trainer.miniBatchSize) ? self.trainer.miniBatchSize : {_SEQUENCES_CEL})"
 
@@ -93,8 +109,11 @@ def _separate(s: "RLJobSpec") -> bool:
 
 def _separate_algorithm_ok(s: "RLJobSpec") -> bool:
     a = s.algorithm
-    return (a.name not in _NOT_SEPARATE_PRESETS and (a.step is None or a.step.name in _SEPARATE_STEPS)
-            and (a.advantage is None or a.advantage.name not in _GREEDY_ESTIMATORS))
+    return (
+        a.name not in _NOT_SEPARATE_PRESETS
+        and (a.step is None or a.step.name in _SEPARATE_STEPS)
+        and (a.advantage is None or a.advantage.name not in _GREEDY_ESTIMATORS)
+    )
 
 
 _SEPARATE_ALGORITHM_CEL = (
@@ -213,8 +232,9 @@ class RLJobSpec(SpecModel):
     service_account_name: DNSSubdomain | None = None
     """The pods' ServiceAccount; default: the job's own, which may only write the job's progress. With the chart's
     admission policy, naming one needs the right to create pods in the namespace."""
-    volumes: list[Volume] = Field(default=[], max_length=64, json_schema_extra={
-        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    volumes: list[Volume] = Field(
+        default=[], max_length=64, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    )
     """Volumes of the job's pods (PersistentVolumeClaims, ConfigMaps, Secrets, CSI, ...); each role mounts what it
     needs with its volumeMounts. On a cluster, every path the engine reads must lie under a mount of the role that reads it.
     Sources beyond persistentVolumeClaim, configMap, secret, emptyDir, ephemeral, projected, csi, image and downwardAPI

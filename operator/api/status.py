@@ -11,8 +11,7 @@ from kuberl.engine.config import CheckpointStatus, SpecModel
 from kuberl.engine.config.initialization import FetchedRepo
 
 Phase = Literal["Pending", "Initializing", "Queued", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-PHASES: tuple[Phase, ...] = ("Pending", "Initializing", "Queued", "Starting", "Running", "Restarting", "Succeeded", "Failed",
-                             "Suspended")
+PHASES: tuple[Phase, ...] = ("Pending", "Initializing", "Queued", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 
 
 class Condition(SpecModel):

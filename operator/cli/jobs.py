@@ -79,16 +79,23 @@ def table(rows: list[list[str]]) -> str:
 
 def list_table(jobs: list[RLJob], namespaces: bool = False, wide: bool = False) -> str:
     """`namespaces`: a NAMESPACE column first (list -A); `wide`: kubectl's -o wide, more columns after AGE."""
-    rows = [["NAMESPACE"] * namespaces + ["NAME", "PHASE", "STEP", "PROGRESS", "ETA", "REWARD", "RESTARTS", "AGE"]
-            + WIDE_HEADER * wide]
+    rows = [["NAMESPACE"] * namespaces + ["NAME", "PHASE", "STEP", "PROGRESS", "ETA", "REWARD", "RESTARTS", "AGE"] + WIDE_HEADER * wide]
     for job in jobs:
         s = job.status
-        rows.append([job.metadata.namespace or ""] * namespaces + [
-            job.metadata.name or "", (s and s.phase) or "-", steps(job),
-            f"{s.progress}%" if s and s.progress is not None else "-", eta(job),
-            number(s.metrics.reward_mean if s and s.metrics else None), str(s.restarts if s else 0),
-            age(job.metadata.creation_timestamp),
-        ] + (wide_columns(job) if wide else []))
+        rows.append(
+            [job.metadata.namespace or ""] * namespaces
+            + [
+                job.metadata.name or "",
+                (s and s.phase) or "-",
+                steps(job),
+                f"{s.progress}%" if s and s.progress is not None else "-",
+                eta(job),
+                number(s.metrics.reward_mean if s and s.metrics else None),
+                str(s.restarts if s else 0),
+                age(job.metadata.creation_timestamp),
+            ]
+            + (wide_columns(job) if wide else [])
+        )
     return table(rows)
 
 
@@ -98,9 +105,15 @@ def status_text(job: RLJob, wide: bool = False) -> str:
     s = job.status
     more = wide_lines(job) if wide else []
     if s is None:
-        return "\n".join(f"{key + ':':<14}{value}" for key, value in [
-            ("Name", job.metadata.name or ""), ("Namespace", job.metadata.namespace or ""), *more,
-            ("Phase", "- (not yet reconciled)")])
+        return "\n".join(
+            f"{key + ':':<14}{value}"
+            for key, value in [
+                ("Name", job.metadata.name or ""),
+                ("Namespace", job.metadata.namespace or ""),
+                *more,
+                ("Phase", "- (not yet reconciled)"),
+            ]
+        )
     progress = f" ({s.progress}%)" if s.progress is not None else ""
     validation = f"{number(s.validation_reward)} at step {s.validation_step}" if s.validation_reward is not None else "-"
     checkpoint = "-"
@@ -114,8 +127,7 @@ def status_text(job: RLJob, wide: bool = False) -> str:
         ("Phase", s.phase or "-"),
         ("Step", steps(job) + progress),
         ("Progress", f"{s.progress}%" if s.progress is not None else "-"),
-        ("ETA", eta(job) + (" (fewer than 3 steps timed since the pods started)" if eta(job) == "unknown" and s.step is not None
-                            else "")),
+        ("ETA", eta(job) + (" (fewer than 3 steps timed since the pods started)" if eta(job) == "unknown" and s.step is not None else "")),
         ("Reward", number(s.metrics.reward_mean if s.metrics else None)),
         ("Validation", validation),
         ("Restarts", str(s.restarts)),
@@ -129,8 +141,8 @@ def status_text(job: RLJob, wide: bool = False) -> str:
     out.append("Conditions:" + ("" if s.conditions else "   -"))
     if s.conditions:
         rows = [["TYPE", "STATUS", "REASON"] + ["LAST TRANSITION"] * wide + ["MESSAGE"]] + [
-            [c.type, c.status, c.reason] + [c.last_transition_time.isoformat(timespec="seconds")] * wide + [c.message]
-            for c in s.conditions]
+            [c.type, c.status, c.reason] + [c.last_transition_time.isoformat(timespec="seconds")] * wide + [c.message] for c in s.conditions
+        ]
         out += ["  " + line for line in table(rows).splitlines()]
     return "\n".join(out)
 
@@ -149,8 +161,9 @@ def seconds(text: str) -> float:
 def _client(args: argparse.Namespace) -> RLJobClient:
     from kuberl.client import RLJobClient
 
-    return RLJobClient(context=getattr(args, "context", None), namespace=getattr(args, "namespace", None),
-                       kubeconfig=getattr(args, "kubeconfig", None))
+    return RLJobClient(
+        context=getattr(args, "context", None), namespace=getattr(args, "namespace", None), kubeconfig=getattr(args, "kubeconfig", None)
+    )
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -226,8 +239,10 @@ def _version(args: argparse.Namespace) -> int:
             print(f"operator: unknown ({exc})")
             return 0
     if not found:
-        print(f"operator: not found (no Deployment labelled {OPERATOR_SELECTOR} in "
-              f"{'any namespace' if where is None else 'namespace ' + where})")
+        print(
+            f"operator: not found (no Deployment labelled {OPERATOR_SELECTOR} in "
+            f"{'any namespace' if where is None else 'namespace ' + where})"
+        )
     for deployment in found:
         print(deployment.line())
     return 0
@@ -255,7 +270,7 @@ def _logs(args: argparse.Namespace) -> int:
         if not lines:
             print(f"error: {args.name} has no failed attempt{' of role ' + args.role if args.role else ''} to show", file=sys.stderr)
             return 1
-        print("\n".join([lines[0], *(lines[1:][-args.tail:] if args.tail else lines[1:])]))
+        print("\n".join([lines[0], *(lines[1:][-args.tail :] if args.tail else lines[1:])]))
         return 0
     for line in _client(args).logs(args.name, role=args.role, rank=args.rank, follow=args.follow, tail=args.tail):
         print(line, flush=args.follow)
@@ -289,6 +304,7 @@ def _delete(args: argparse.Namespace) -> int:
 
 def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """One line on stderr and exit 1 on any error; 130 on Ctrl-C (e.g. ending `logs -f`)."""
+
     def run(args: argparse.Namespace) -> int:
         from kuberl.client import ClientError, InvalidJobError
 
@@ -337,10 +353,14 @@ def add_job_commands(sub: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=guarded(func))
         return parser
 
-    p = command("submit", _submit, "validate an RLJob manifest and create it (or update its runPolicy); prints its name",
-                "Validate an RLJob manifest as `kuberl validate` does (the API's rules and the cluster's), then create the "
-                "job, or update it when one of that name exists: only spec.runPolicy (suspend, backoffLimit, deadlines) can "
-                "change on a live job. Prints the job's name.")
+    p = command(
+        "submit",
+        _submit,
+        "validate an RLJob manifest and create it (or update its runPolicy); prints its name",
+        "Validate an RLJob manifest as `kuberl validate` does (the API's rules and the cluster's), then create the "
+        "job, or update it when one of that name exists: only spec.runPolicy (suspend, backoffLimit, deadlines) can "
+        "change on a live job. Prints the job's name.",
+    )
     p.add_argument("file", metavar="FILE", nargs="?", help="a manifest holding one RLJob (.yaml, .yml, .json); - for stdin")
     p.add_argument("-f", "--filename", metavar="FILE", help="the manifest, as kubectl names it; -f - reads it from stdin")
     p = command("list", _list, "the namespace's RLJobs: phase, step, progress, ETA, reward, restarts, age")
@@ -355,36 +375,52 @@ def add_job_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=int, help="the pod that runs this rank of the job's world (rank 0: the controller)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing lines as they come, until the pods end")
     p.add_argument("--tail", type=int, metavar="LINES", help="only the last LINES lines of each pod")
-    p.add_argument("-p", "--previous", action="store_true",
-                   help="how the last failed attempt ended: the pod whose failure restarted (or ended) the job, and its last "
-                        "words as the operator kept them (the rank's report, or its log's tail), after its pods are gone")
-    p = command("wait", _wait, "wait until an RLJob reaches a phase",
-                "Wait until the RLJob reaches PHASE. Exit status 1 when it ends (Succeeded or Failed) in another phase, "
-                "or when --timeout passes first.")
+    p.add_argument(
+        "-p",
+        "--previous",
+        action="store_true",
+        help="how the last failed attempt ended: the pod whose failure restarted (or ended) the job, and its last "
+        "words as the operator kept them (the rank's report, or its log's tail), after its pods are gone",
+    )
+    p = command(
+        "wait",
+        _wait,
+        "wait until an RLJob reaches a phase",
+        "Wait until the RLJob reaches PHASE. Exit status 1 when it ends (Succeeded or Failed) in another phase, "
+        "or when --timeout passes first.",
+    )
     p.add_argument("name", metavar="NAME")
     p.add_argument("--for", dest="phase", default="Succeeded", metavar="PHASE", help="the phase (default: Succeeded)")
     p.add_argument("--timeout", type=seconds, metavar="SECONDS", help="give up after this long (90, 30m, 2h; default: no limit)")
-    for name, func, text in (("suspend", _suspend, "suspend an RLJob: its pods stop at a step boundary with a checkpoint"),
-                             ("resume", _resume, "resume a suspended RLJob from its last checkpoint"),
-                             ("delete", _delete, "delete an RLJob and its pods (checkpoints on claims stay)")):
+    for name, func, text in (
+        ("suspend", _suspend, "suspend an RLJob: its pods stop at a step boundary with a checkpoint"),
+        ("resume", _resume, "resume a suspended RLJob from its last checkpoint"),
+        ("delete", _delete, "delete an RLJob and its pods (checkpoints on claims stay)"),
+    ):
         command(name, func, text).add_argument("name", metavar="NAME")
-    p = command("version", _version, "the client's version and, when a cluster is configured, its kuberl operator's",
-                "Print the version of this kuberl and of the API it speaks; then, when a kubeconfig (or a pod's "
-                "ServiceAccount) names a cluster, the kuberl operator the chart installed there: the chart's "
-                "app.kubernetes.io/version label of the operator's Deployment and the image it runs, looked for in every "
-                "namespace (in the namespace given with -n; in kuberl-system when you may not list Deployments "
-                "everywhere). `operator: not found` when there is none.")
+    p = command(
+        "version",
+        _version,
+        "the client's version and, when a cluster is configured, its kuberl operator's",
+        "Print the version of this kuberl and of the API it speaks; then, when a kubeconfig (or a pod's "
+        "ServiceAccount) names a cluster, the kuberl operator the chart installed there: the chart's "
+        "app.kubernetes.io/version label of the operator's Deployment and the image it runs, looked for in every "
+        "namespace (in the namespace given with -n; in kuberl-system when you may not list Deployments "
+        "everywhere). `operator: not found` when there is none.",
+    )
     p.add_argument("--client", dest="client_only", action="store_true", help="only the client's version: ask no cluster")
 
 
 def output(parser: argparse.ArgumentParser, wide: str) -> None:
-    parser.add_argument("-o", "--output", choices=OUTPUTS, metavar="FORMAT",
-                        help=f"yaml or json: the RLJob objects as the API server returns them; {wide}")
+    parser.add_argument(
+        "-o", "--output", choices=OUTPUTS, metavar="FORMAT", help=f"yaml or json: the RLJob objects as the API server returns them; {wide}"
+    )
 
 
 def plugin_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kubectl rl", parents=[cluster_options(suppress=False)],
+        prog="kubectl rl",
+        parents=[cluster_options(suppress=False)],
         description="RLJobs (kuberl.dev) from kubectl: the job commands of `kuberl`. Put kubectl-rl on PATH and run `kubectl rl`.",
     )
     add_job_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))

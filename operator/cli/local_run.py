@@ -49,8 +49,14 @@ def load_one(path: Path) -> RLJob:
     return jobs[0]
 
 
-def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | None = None,
-              threads: int | None = None, timeout_s: int | None = None, poll_s: float = 0.5) -> int:
+def run_local(
+    manifest: Path,
+    run_dir: Path | None = None,
+    metrics_port: int | None = None,
+    threads: int | None = None,
+    timeout_s: int | None = None,
+    poll_s: float = 0.5,
+) -> int:
     job = load_one(manifest)
     name = job.metadata.name
     if name is None:  # generateName alone: the API server names a job, nothing does here
@@ -74,24 +80,41 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
     world = config.world_size
     per_rank_threads = threads or max(1, (os.cpu_count() or 1) // world)
     ranks = [LocalRank(r, role, run_dir / "logs" / f"rank-{r}.log") for r, role in enumerate(config.rank_roles())]
-    print(f"kuberl run: {name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; "
-          f"logs in {run_dir / 'logs'}", file=sys.stderr, flush=True)
+    print(
+        f"kuberl run: {name}: {world} rank(s) on this machine, {per_rank_threads} thread(s) each; logs in {run_dir / 'logs'}",
+        file=sys.stderr,
+        flush=True,
+    )
     procs: list[subprocess.Popen] = []
     # Ctrl-C and SIGTERM reach every rank as SIGTERM (a second one of either stops them at once);
     # installed before the first rank starts, so no signal is missed.
     signals = forward_stop_signals(procs, forward_as=signal.SIGTERM, announce=_announce)
     for r in ranks:
-        env = {**os.environ, "RANK": str(r.rank), "LOCAL_RANK": str(r.rank), "WORLD_SIZE": str(world),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port), "KUBERL_CONFIG": str(config_file),
-               "KUBERL_ROLE": r.role, "KUBERL_JOB": name, "KUBERL_RUN_DIR": str(run_dir),
-               "KUBERL_THREADS": str(per_rank_threads), "OMP_NUM_THREADS": str(per_rank_threads),
-               **({"KUBERL_TIMEOUT_S": str(timeout_s)} if timeout_s else {})}
+        env = {
+            **os.environ,
+            "RANK": str(r.rank),
+            "LOCAL_RANK": str(r.rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(master_port),
+            "KUBERL_CONFIG": str(config_file),
+            "KUBERL_ROLE": r.role,
+            "KUBERL_JOB": name,
+            "KUBERL_RUN_DIR": str(run_dir),
+            "KUBERL_THREADS": str(per_rank_threads),
+            "OMP_NUM_THREADS": str(per_rank_threads),
+            **({"KUBERL_TIMEOUT_S": str(timeout_s)} if timeout_s else {}),
+        }
         log = open(r.log, "w")
         # Rank 0 talks to the console (progress bar, summary); all ranks keep a full log.
         cmd = [sys.executable, "-m", "kuberl.engine.runtime.worker"]
         if r.rank == 0:
-            tee = subprocess.Popen(["tee", str(r.log)], stdin=subprocess.PIPE, stdout=sys.stderr, preexec_fn=_die_with_parent, start_new_session=True)
-            proc = subprocess.Popen(cmd, env=env, stdout=tee.stdin, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, start_new_session=True)
+            tee = subprocess.Popen(
+                ["tee", str(r.log)], stdin=subprocess.PIPE, stdout=sys.stderr, preexec_fn=_die_with_parent, start_new_session=True
+            )
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=tee.stdin, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, start_new_session=True
+            )
             assert tee.stdin is not None  # stdin=PIPE
             tee.stdin.close()  # the rank holds the pipe now; tee ends when the rank does
             log.close()
@@ -105,8 +128,11 @@ def run_local(manifest: Path, run_dir: Path | None = None, metrics_port: int | N
 
 def _announce(signum: int, received: list[int]) -> None:
     if not received:
-        print("\nkuberl run: interrupted; stopping every rank after its current step, with a checkpoint "
-              "(again to stop at once)", file=sys.stderr, flush=True)
+        print(
+            "\nkuberl run: interrupted; stopping every rank after its current step, with a checkpoint (again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )
     elif signum == received[0]:
         print("\nkuberl run: stopping every rank now", file=sys.stderr, flush=True)
 
@@ -126,16 +152,14 @@ def _wait(procs: list[subprocess.Popen], ranks: list[LocalRank], poll_s: float, 
 
     cause, codes = wait_for_gang(procs, poll_s, stopping=stopping)
     if signals:
-        print(f"kuberl run: every rank stopped (exit codes {codes}); `kuberl run` again resumes from the last checkpoint",
-              file=sys.stderr)
+        print(f"kuberl run: every rank stopped (exit codes {codes}); `kuberl run` again resumes from the last checkpoint", file=sys.stderr)
         return 128 + signals[0]
     if cause is None:
         print("kuberl run: every rank finished", file=sys.stderr)
         return 0
     stop(procs)
     rank = ranks[cause]
-    print(f"kuberl run: rank {rank.rank} (role {rank.role}) exited with code {codes[cause]}; its log: {rank.log}",
-          file=sys.stderr)
+    print(f"kuberl run: rank {rank.rank} (role {rank.role}) exited with code {codes[cause]}; its log: {rank.log}", file=sys.stderr)
     for line in _tail(rank.log, 15):
         print(f"  | {line}", file=sys.stderr)
     return 1

@@ -27,8 +27,7 @@ def without_managed_fields(obj: dict[str, Any]) -> dict[str, Any]:
 
 def as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
     """What `kubectl get -o yaml` prints for several objects (and `kuberl submit` reads back, item by item)."""
-    return {"apiVersion": "v1", "kind": "List", "items": [without_managed_fields(i) for i in items],
-            "metadata": {"resourceVersion": ""}}
+    return {"apiVersion": "v1", "kind": "List", "items": [without_managed_fields(i) for i in items], "metadata": {"resourceVersion": ""}}
 
 
 def dump(obj: dict[str, Any], output: str) -> str:

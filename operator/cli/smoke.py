@@ -17,18 +17,24 @@ from .local_run import run_local
 
 def smoke_manifest(model: Path, run: Path, ranks: int) -> dict:
     return {
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "kuberl-smoke"},
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "kuberl-smoke"},
         "spec": {
             "model": {"path": str(model), "dtype": "float32"},
-            "data": {"train": {"generator": {"name": "arithmetic", "count": 16, "seed": 0, "maxOperand": 9}},
-                     "maxPromptLength": 96},
+            "data": {"train": {"generator": {"name": "arithmetic", "count": 16, "seed": 0, "maxOperand": 9}}, "maxPromptLength": 96},
             "algorithm": {"name": "grpo"},
             "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 8, "kvCacheBytes": 32 << 20},
             # A random model never answers right; the length term gives the step a gradient to take.
             "reward": {"rules": [{"name": "math_answer"}, {"name": "length_penalty", "args": {"max_chars": 2}}]},
             "roles": {"actor": {"replicas": 1, "gpusPerReplica": ranks, "layout": {"tp": 2, "dp": ranks // 2}}},
-            "trainer": {"totalSteps": 1, "promptsPerStep": 4, "microBatchSize": 4, "seed": 0,
-                        "checkpoint": {"path": str(run / "checkpoints"), "interval": 1, "keep": 1}},
+            "trainer": {
+                "totalSteps": 1,
+                "promptsPerStep": 4,
+                "microBatchSize": 4,
+                "seed": 0,
+                "checkpoint": {"path": str(run / "checkpoints"), "interval": 1, "keep": 1},
+            },
             "monitoring": {"enabled": False},
         },
     }
@@ -74,11 +80,13 @@ def report(step: dict, ranks: int) -> str:
         f"back to training {step['switch_back_seconds']:.3f} s; hidden behind reward scoring: "
         f"{100 * step['switch_hidden_share']:.0f}% ({step['switch_back_hidden_seconds']:.3f} s; on CPU there is "
         "no optimizer state to move back, so little to hide)",
-        f"  training        : {phases.get('train', 0.0):.2f} s, policy loss {step['policy_loss']:.4f}, "
-        f"grad norm {step['grad_norm']:.3f}",
+        f"  training        : {phases.get('train', 0.0):.2f} s, policy loss {step['policy_loss']:.4f}, grad norm {step['grad_norm']:.3f}",
         f"  reward          : {step['reward_mean']:.3f} (a random model: negative, its answers are long and wrong)",
     ]
-    ok = (all(isinstance(step.get(k), float) for k in ("policy_loss", "grad_norm", "reward_mean"))
-          and step["reshard_bytes"] > 0 and step["grad_norm"] > 0)
+    ok = (
+        all(isinstance(step.get(k), float) for k in ("policy_loss", "grad_norm", "reward_mean"))
+        and step["reshard_bytes"] > 0
+        and step["grad_norm"] > 0
+    )
     lines.append("kuberl smoke: OK, everything worked." if ok else "kuberl smoke: FAILED: the step's numbers are incomplete.")
     return "\n".join(lines)

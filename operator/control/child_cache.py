@@ -77,8 +77,7 @@ def _lean_configmap(obj: dict[str, Any]) -> dict[str, Any]:
     job = (meta.get("labels") or {}).get(LABEL_JOB, "")
     data = obj.get("data") or {}
     keep = {PROGRESS_KEY: data[PROGRESS_KEY]} if meta.get("name") == child_name(job, "progress") and PROGRESS_KEY in data else {}
-    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "uid", "resourceVersion") if k in meta},
-            "data": keep}
+    return {"metadata": {k: meta[k] for k in ("name", "namespace", "labels", "uid", "resourceVersion") if k in meta}, "data": keep}
 
 
 class Informer:
@@ -88,9 +87,17 @@ class Informer:
     change calls on_change(key, event type, object) in that thread ("LISTED" for a change a new list
     showed)."""
 
-    def __init__(self, name: str, call: Callable[..., Any], on_change: Callable[[Key, str, dict], None],
-                 lean: Callable[[dict], dict] = _lean, key_of: Callable[[dict], Key | None] = _job_key,
-                 selector: str | None = LABEL_JOB, optional: bool = False, keep_gone: Callable[[dict], bool] | None = None):
+    def __init__(
+        self,
+        name: str,
+        call: Callable[..., Any],
+        on_change: Callable[[Key, str, dict], None],
+        lean: Callable[[dict], dict] = _lean,
+        key_of: Callable[[dict], Key | None] = _job_key,
+        selector: str | None = LABEL_JOB,
+        optional: bool = False,
+        keep_gone: Callable[[dict], bool] | None = None,
+    ):
         """`key_of`: the job an object belongs to (None: not a job's); `selector`: the label selector of the
         list and watch; `optional`: the kind's API may be missing (a CRD not installed): then the informer
         is synced with nothing, and lists again now and then; `keep_gone`: which deleted objects to remember, as the
@@ -190,8 +197,15 @@ class Informer:
         return body["metadata"]["resourceVersion"]
 
     def _watch(self, version: str) -> str:
-        response = self._call(**self._selected(), watch=True, resource_version=version, allow_watch_bookmarks=True,
-                              timeout_seconds=WATCH_SECONDS, _preload_content=False, _request_timeout=WATCH_SECONDS + 30)
+        response = self._call(
+            **self._selected(),
+            watch=True,
+            resource_version=version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_SECONDS,
+            _preload_content=False,
+            _request_timeout=WATCH_SECONDS + 30,
+        )
         try:
             for line in watch.watch.iter_resp_lines(response):
                 if self._stopped.is_set():
@@ -242,13 +256,17 @@ class ChildCache:
         self._calls: dict[str, list[Callable[..., Any]]]
         if namespaces:
             self._calls = {
-                "jobsets": [functools.partial(custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, ns, "jobsets")
-                            for ns in namespaces],
+                "jobsets": [
+                    functools.partial(custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, ns, "jobsets")
+                    for ns in namespaces
+                ],
                 "jobs": [functools.partial(batch.list_namespaced_job, ns) for ns in namespaces],
                 "pods": [functools.partial(core.list_namespaced_pod, ns) for ns in namespaces],
                 "configmaps": [functools.partial(core.list_namespaced_config_map, ns) for ns in namespaces],
-                "workloads": [functools.partial(custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, ns, "workloads")
-                              for ns in namespaces],
+                "workloads": [
+                    functools.partial(custom.list_namespaced_custom_object, KUEUE_GROUP, KUEUE_VERSION, ns, "workloads")
+                    for ns in namespaces
+                ],
             }
         else:
             self._calls = {
@@ -307,5 +325,4 @@ class ChildCache:
 
     def progress(self, key: Key) -> str | None:
         name = child_name(key[1], "progress")
-        return next((cm["data"].get(PROGRESS_KEY) for cm in self.objects("configmaps", key)
-                     if cm["metadata"]["name"] == name), None)
+        return next((cm["data"].get(PROGRESS_KEY) for cm in self.objects("configmaps", key) if cm["metadata"]["name"] == name), None)

@@ -46,28 +46,43 @@ class ChildReader:
             found = self.children.objects("jobsets", key)
             every_job = self.children.objects("jobs", key)
             jobs = [j for j in every_job if LABEL_COMPONENT in j["metadata"].get("labels", {})]
-            trainer_jobs = [j for j in every_job + self.children.gone("jobs", key) if LABEL_COMPONENT not in j["metadata"].get("labels", {})]
-            return Observed(jobsets=found, jobs=jobs, trainer_jobs=trainer_jobs, pods=self.children.objects("pods", key),
-                            gone_pods=self.children.gone("pods", key),
-                            workloads=owned_by(self.children.objects("workloads", key), found),
-                            progress=self.children.progress(key))
+            trainer_jobs = [
+                j for j in every_job + self.children.gone("jobs", key) if LABEL_COMPONENT not in j["metadata"].get("labels", {})
+            ]
+            return Observed(
+                jobsets=found,
+                jobs=jobs,
+                trainer_jobs=trainer_jobs,
+                pods=self.children.objects("pods", key),
+                gone_pods=self.children.gone("pods", key),
+                workloads=owned_by(self.children.objects("workloads", key), found),
+                progress=self.children.progress(key),
+            )
         selector = f"{LABEL_JOB}={name}"
-        jobsets = self._io.submit(self.custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, namespace,
-                                  "jobsets", label_selector=selector)
+        jobsets = self._io.submit(
+            self.custom.list_namespaced_custom_object, JOBSET_GROUP, JOBSET_VERSION, namespace, "jobsets", label_selector=selector
+        )
         pods = self._io.submit(self._list_raw, self.core.list_namespaced_pod, namespace, selector)
         progress = self._io.submit(self._progress, namespace, name)
         # The only batch Jobs of a job are its initializer's; whether it has one is fixed at creation (only
         # runPolicy may change).
-        initializer_jobs = (self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
-                            if needs_initializer(job) else None)
+        initializer_jobs = (
+            self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},{LABEL_COMPONENT}")
+            if needs_initializer(job)
+            else None
+        )
         own_jobs = self._io.submit(self._list_raw, self.batch.list_namespaced_job, namespace, f"{selector},!{LABEL_COMPONENT}")
         # The client types a custom object (a list here) as object: it is the JSON object the API sent.
         found = cast(dict[str, Any], jobsets.result())["items"]
         workloads = [w for js in found for w in self._workloads(namespace, js["metadata"]["uid"])]
-        return Observed(jobsets=found, jobs=initializer_jobs.result() if initializer_jobs is not None else [],
-                        trainer_jobs=own_jobs.result(),
-                        pods=pods.result(),
-                        workloads=owned_by(workloads, found), progress=progress.result())
+        return Observed(
+            jobsets=found,
+            jobs=initializer_jobs.result() if initializer_jobs is not None else [],
+            trainer_jobs=own_jobs.result(),
+            pods=pods.result(),
+            workloads=owned_by(workloads, found),
+            progress=progress.result(),
+        )
 
     @staticmethod
     def _list_raw(call: Callable[..., Any], namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -86,8 +101,9 @@ class ChildReader:
     def _workloads(self, namespace: str, jobset_uid: str) -> list[dict[str, Any]]:
         """Kueue's Workloads labelled for a JobSet; none where Kueue is not installed."""
         try:
-            found = self.custom.list_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads",
-                                                              label_selector=f"{KUEUE_JOB_UID_LABEL}={jobset_uid}")
+            found = self.custom.list_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", label_selector=f"{KUEUE_JOB_UID_LABEL}={jobset_uid}"
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return []

@@ -66,8 +66,14 @@ class Owner:
     uid: str
 
     def meta(self, obj_name: str, **labels: str) -> dict[str, Any]:
-        reference = {"apiVersion": API_VERSION, "kind": KIND, "name": self.name, "uid": self.uid,
-                     "controller": True, "blockOwnerDeletion": True}
+        reference = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
         return {
             "name": obj_name,
             "namespace": self.namespace,

@@ -55,8 +55,12 @@ log = logging.getLogger("kuberl.operator")
 
 # What Decision.delete names ("kind/name").
 CHILD_KINDS = {"jobset": "JobSet", "job": "Job", "deployment": "Deployment", "sandboxwarmpool": "SandboxWarmPool"}
-CHILD_API_VERSIONS = {"jobset": JOBSET_API_VERSION, "job": "batch/v1", "deployment": "apps/v1",
-                      "sandboxwarmpool": AGENT_SANDBOX_EXTENSIONS_API_VERSION}
+CHILD_API_VERSIONS = {
+    "jobset": JOBSET_API_VERSION,
+    "job": "batch/v1",
+    "deployment": "apps/v1",
+    "sandboxwarmpool": AGENT_SANDBOX_EXTENSIONS_API_VERSION,
+}
 SANDBOX_KINDS = ("deployment", "sandboxwarmpool")
 CACHE_KINDS = {"JobSet": "jobsets", "Job": "jobs"}
 
@@ -77,16 +81,23 @@ class OperatorMetrics:
         self.registry = CollectorRegistry()
         self.rljobs = Gauge("kuberl_operator_rljobs", "RLJobs by phase", ["phase"], registry=self.registry)
         self.reconcile_seconds = Histogram(
-            "kuberl_operator_reconcile_duration_seconds", "Time of one reconcile of one RLJob", registry=self.registry,
+            "kuberl_operator_reconcile_duration_seconds",
+            "Time of one reconcile of one RLJob",
+            registry=self.registry,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.errors = Counter("kuberl_operator_reconcile_errors_total", "Reconciles that raised", registry=self.registry)
         self.restarts = Counter("kuberl_operator_gang_restarts_total", "Gang restarts started", registry=self.registry)
         # Per job, so that an alert names the job and its namespace (one series per live RLJob, gone with it).
-        self.job_phase = Gauge("kuberl_operator_rljob_phase", "1 for each RLJob's current phase", ["namespace", "rljob", "phase"],
-                               registry=self.registry)
-        self.job_restarts = Gauge("kuberl_operator_rljob_restarts", "Gang restarts of each RLJob (its status.restarts)",
-                                  ["namespace", "rljob"], registry=self.registry)
+        self.job_phase = Gauge(
+            "kuberl_operator_rljob_phase", "1 for each RLJob's current phase", ["namespace", "rljob", "phase"], registry=self.registry
+        )
+        self.job_restarts = Gauge(
+            "kuberl_operator_rljob_restarts",
+            "Gang restarts of each RLJob (its status.restarts)",
+            ["namespace", "rljob"],
+            registry=self.registry,
+        )
         self._phases: dict[Key, str] = {}
 
     def observe_phase(self, key: Key, phase: str | None, restarts: int = 0) -> None:
@@ -110,8 +121,14 @@ class OperatorMetrics:
 class Reconciler:
     """One reconcile of one RLJob against the API. Blocking (the kubernetes client is synchronous)."""
 
-    def __init__(self, api_client: client.ApiClient, settings: OperatorSettings, metrics: OperatorMetrics,
-                 workers: int = 4, children: ChildCache | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        settings: OperatorSettings,
+        metrics: OperatorMetrics,
+        workers: int = 4,
+        children: ChildCache | None = None,
+    ):
         """`children`: where to read the children from; None: from the API, at every reconcile."""
         self.settings = settings
         self.children = children
@@ -204,8 +221,14 @@ class Reconciler:
 
     def _apply(self, raw: dict[str, Any], job: RLJob, decision: Decision) -> Decision:
         namespace, name, uid = raw["metadata"]["namespace"], raw["metadata"]["name"], raw["metadata"]["uid"]
-        desired = plan(job, uid=uid, settings=self.settings, initialized=decision.status.initialization,
-                       restarts_before=decision.status.restarts, preemptions_before=decision.status.preemptions)
+        desired = plan(
+            job,
+            uid=uid,
+            settings=self.settings,
+            initialized=decision.status.initialization,
+            restarts_before=decision.status.restarts,
+            preemptions_before=decision.status.preemptions,
+        )
         # The support objects first (side by side): the pods need the ServiceAccount and ConfigMaps; the
         # RoleBinding (only the trainer's right to write its progress) follows its Role, beside the children
         # being made. The status beside the support objects when the decision deletes a child (it records a
@@ -219,8 +242,11 @@ class Reconciler:
             self.forget_support(key)
         # Nothing is written over an object this RLJob does not control: every name about to be written is
         # looked up first (only when something is to be written: not at every reconcile).
-        writing = [*(desired.support if due else []), *([desired.jobset] if decision.create_jobset else []),
-                   *([desired.initializer] if decision.create_initializer and desired.initializer is not None else [])]
+        writing = [
+            *(desired.support if due else []),
+            *([desired.jobset] if decision.create_jobset else []),
+            *([desired.initializer] if decision.create_initializer and desired.initializer is not None else []),
+        ]
         # A kind this cluster does not serve (the agent-sandbox CRDs, for backend agentSandbox): nothing is written.
         missing = self._unserved(writing)
         decision = with_missing_apis(decision, missing, datetime.now(timezone.utc)) if writing else decision
@@ -242,7 +268,7 @@ class Reconciler:
         finally:
             if status is not None:
                 status.result()
-        old_restarts = (job.status.restarts if job.status else 0)
+        old_restarts = job.status.restarts if job.status else 0
         if decision.status.restarts > old_restarts:
             self.metrics.restarts.inc()
         try:
@@ -287,8 +313,9 @@ class Reconciler:
             return None
         return digest, now
 
-    def _apply_support(self, key: Key, uid: str, support: list[dict[str, Any]], found: dict[ObjectKey, dict[str, Any] | None],
-                       due: tuple[str, float]) -> Callable[[], None]:
+    def _apply_support(
+        self, key: Key, uid: str, support: list[dict[str, Any]], found: dict[ObjectKey, dict[str, Any] | None], due: tuple[str, float]
+    ) -> Callable[[], None]:
         """Write the support objects side by side: create those absent, server-side apply those this RLJob
         controls (`found`: what each name held when looked up; name_conflicts has ruled out the rest).
 
@@ -297,8 +324,7 @@ class Reconciler:
         the rest, while the caller goes on. Its answer, called, waits for them (and raises their failure)."""
         first = [self._io.submit(self._write_child, obj, found.get(object_key(obj))) for obj in support if obj["kind"] != "RoleBinding"]
         written = all([writing.result() for writing in first])  # the first failure (a 404 included) is the reconcile's
-        bindings = [self._io.submit(self._write_child, obj, found.get(object_key(obj))) for obj in support
-                    if obj["kind"] == "RoleBinding"]
+        bindings = [self._io.submit(self._write_child, obj, found.get(object_key(obj))) for obj in support if obj["kind"] == "RoleBinding"]
 
         def done() -> None:
             if all([writing.result() for writing in bindings]) and written:  # else: a name taken since: look again
@@ -319,6 +345,7 @@ class Reconciler:
 
     def _look_up(self, namespace: str, objects: list[dict[str, Any]]) -> dict[ObjectKey, dict[str, Any] | None]:
         """What the API holds under each object's kind and name (None: nothing), read side by side."""
+
         def get(obj: dict[str, Any]) -> dict[str, Any] | None:
             resource = self._resource(obj["apiVersion"], obj["kind"])
             try:
@@ -346,8 +373,9 @@ class Reconciler:
                 return False
             return True
         body = {**obj, "metadata": {**obj["metadata"], "uid": existing["metadata"]["uid"]}}
-        resource.server_side_apply(body=body, name=obj["metadata"]["name"], namespace=namespace,
-                                   field_manager=MANAGER, force_conflicts=True)
+        resource.server_side_apply(
+            body=body, name=obj["metadata"]["name"], namespace=namespace, field_manager=MANAGER, force_conflicts=True
+        )
         return True
 
     def _resource(self, api_version: str, kind: str) -> Any:
@@ -368,8 +396,12 @@ class Reconciler:
             "status": decision.status.model_dump(mode="json", by_alias=True),
         }
         meta = raw["metadata"]
-        written = cast(dict[str, Any], self.custom.patch_namespaced_custom_object_status(  # typed object by the client
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body))
+        written = cast(
+            dict[str, Any],
+            self.custom.patch_namespaced_custom_object_status(  # typed object by the client
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+            ),
+        )
         self._status_written[(meta["namespace"], meta["name"])] = written["metadata"]["resourceVersion"]
         log.info("%s/%s: %s: %s", meta["namespace"], meta["name"], decision.status.phase, decision.message)
 
@@ -410,12 +442,11 @@ class Reconciler:
         now = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
         status = {
             "phase": "Failed",
-            "conditions": [{"type": "Failed", "status": "True", "reason": "InvalidSpec", "message": message[:32000],
-                            "lastTransitionTime": now}],
+            "conditions": [
+                {"type": "Failed", "status": "True", "reason": "InvalidSpec", "message": message[:32000], "lastTransitionTime": now}
+            ],
         }
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status}
-        )
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": status})
         self._event(raw, "Warning", "InvalidSpec", message[:1000])
         log.warning("%s/%s: invalid spec: %s", meta["namespace"], meta["name"], message)
 
@@ -425,10 +456,18 @@ class Reconciler:
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
             involved_object=client.V1ObjectReference(
-                api_version=raw["apiVersion"], kind=raw["kind"], name=meta["name"],
-                namespace=meta["namespace"], uid=meta["uid"],
+                api_version=raw["apiVersion"],
+                kind=raw["kind"],
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta["uid"],
             ),
-            reason=reason, message=message, type=kind, first_timestamp=now, last_timestamp=now, count=1,
+            reason=reason,
+            message=message,
+            type=kind,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
             source=client.V1EventSource(component=MANAGER),
         )
         try:

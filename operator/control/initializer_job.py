@@ -93,12 +93,16 @@ def initializer_job(job: RLJob, settings: OperatorSettings, owner: Owner) -> dic
         "spec": {
             "backoffLimit": RETRIES,
             "activeDeadlineSeconds": init.active_deadline_seconds,
-            "podFailurePolicy": {"rules": [
-                {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                                                      "values": [PERMANENT_FAILURE_EXIT_CODE]}},
-                # An evicted or preempted pod is not the download's fault: it does not count as a retry.
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-            ]},
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": [PERMANENT_FAILURE_EXIT_CODE]},
+                    },
+                    # An evicted or preempted pod is not the download's fault: it does not count as a retry.
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                ]
+            },
             "template": {"metadata": {"labels": {LABEL_JOB: owner.name, **labels}}, "spec": pod_spec},
         },
     }

@@ -34,8 +34,9 @@ JOB_REASON_POD_FAILURE_POLICY = "PodFailurePolicy"
 """The reason of a Job's Failed condition when a podFailurePolicy rule failed it."""
 
 
-def jobset(job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: Owner, *,
-           restarts_before: int = 0, preemptions_before: int = 0) -> dict[str, Any]:
+def jobset(
+    job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: Owner, *, restarts_before: int = 0, preemptions_before: int = 0
+) -> dict[str, Any]:
     """The job's JobSet. `restarts_before`/`preemptions_before`: the RLJob's counts when it is made (a
     suspended job's JobSet is deleted and made again): its gang restarts count on from there."""
     spec = job.spec
@@ -48,7 +49,8 @@ def jobset(job: RLJob, config: EngineConfig, settings: OperatorSettings, owner: 
         # port: JobSet finds it and does not make another.
         "network": {"subdomain": owner.name, "enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "failurePolicy": {
-            "maxRestarts": max(0, spec.run_policy.backoff_limit - restarts_before), "restartStrategy": "Recreate",
+            "maxRestarts": max(0, spec.run_policy.backoff_limit - restarts_before),
+            "restartStrategy": "Recreate",
             # A Job failed by its podFailurePolicy (a rank exited NOT_RETRYABLE_EXIT_CODE): the whole job fails now.
             "rules": [{"name": NOT_RETRYABLE_RULE, "action": "FailJobSet", "onJobFailureReasons": [JOB_REASON_POD_FAILURE_POLICY]}],
         },

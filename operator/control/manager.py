@@ -57,8 +57,10 @@ def load_client_configuration(kubeconfig: str | None, context: str | None = None
     if path is None and not (in_pod and context is None):
         home = Path("~/.kube/config").expanduser()
         if not home.is_file():
-            raise ConfigurationError(f"no kubeconfig: pass --kubeconfig or set KUBECONFIG ({home} does not exist)"
-                                     + ("" if in_pod else ", or run in a pod with a ServiceAccount"))
+            raise ConfigurationError(
+                f"no kubeconfig: pass --kubeconfig or set KUBECONFIG ({home} does not exist)"
+                + ("" if in_pod else ", or run in a pod with a ServiceAccount")
+            )
         path = str(home)
     try:
         if path is None:
@@ -100,8 +102,9 @@ def bearer_token(configuration: client.Configuration) -> str | None:
 CHILD_EVENT_DELAY_SECONDS = 1.0
 
 
-def build_registry(queue: WorkQueue, configuration: client.Configuration, options: OperatorOptions,
-                   reconciler: Reconciler, metrics: OperatorMetrics) -> kopf.OperatorRegistry:
+def build_registry(
+    queue: WorkQueue, configuration: client.Configuration, options: OperatorOptions, reconciler: Reconciler, metrics: OperatorMetrics
+) -> kopf.OperatorRegistry:
     """kopf's handlers, in a registry of their own (no module-level state)."""
     registry = kopf.OperatorRegistry()
 
@@ -116,6 +119,7 @@ def build_registry(queue: WorkQueue, configuration: client.Configuration, option
         loop = asyncio.get_running_loop()
         children = reconciler.children
         if children is not None:
+
             def child_changed(kind: str, key: Key, event: str, _obj: dict) -> None:  # in an informer's thread
                 if kind == "configmaps" and event in ("DELETED", "LISTED"):
                     reconciler.forget_support(key)  # one of the job's support objects may be gone: put it back
@@ -167,8 +171,7 @@ class MissingPrerequisite(RuntimeError):
     """The cluster lacks something the operator cannot work without; the message says how to add it."""
 
 
-JOBSET_INSTALL = ("kubectl apply --server-side -f "
-                  "https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml")
+JOBSET_INSTALL = "kubectl apply --server-side -f https://github.com/kubernetes-sigs/jobset/releases/download/v0.12.0/manifests.yaml"
 
 
 def check_prerequisites(configuration: client.Configuration) -> None:
@@ -183,8 +186,10 @@ def check_prerequisites(configuration: client.Configuration) -> None:
         api.read_custom_resource_definition(JOBSET_CRD, _request_timeout=30)
     except ApiException as exc:
         if exc.status == 404:
-            raise MissingPrerequisite(f"JobSet is not installed in this cluster (no CRD {JOBSET_CRD}): kuberl runs each RLJob "
-                                      f"as a JobSet. Install JobSet v0.12 or later first: {JOBSET_INSTALL}") from None
+            raise MissingPrerequisite(
+                f"JobSet is not installed in this cluster (no CRD {JOBSET_CRD}): kuberl runs each RLJob "
+                f"as a JobSet. Install JobSet v0.12 or later first: {JOBSET_INSTALL}"
+            ) from None
         if exc.status == 401:
             raise ConfigurationError(f"the API server at {configuration.host} does not accept the operator's credentials (401)") from None
         raise
@@ -205,16 +210,18 @@ def run(options: OperatorOptions) -> None:
     start_http_server(options.metrics_port, registry=metrics.registry)
     # Each worker's reconcile may have IO_THREADS_PER_WORKER requests in flight: a connection for each,
     # or urllib3 drops the extras and the next requests pay for a new TLS handshake.
-    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0,
-                                                options.workers * IO_THREADS_PER_WORKER + 2)
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, options.workers * IO_THREADS_PER_WORKER + 2)
     # The cache's watches hold connections of their own, in a client of their own.
     children = ChildCache(client.ApiClient(configuration), options.namespaces)
-    reconciler = Reconciler(client.ApiClient(configuration), options.settings, metrics, workers=options.workers,
-                            children=children)
+    reconciler = Reconciler(client.ApiClient(configuration), options.settings, metrics, workers=options.workers, children=children)
     queue = WorkQueue()
     registry = build_registry(queue, configuration, options, reconciler, metrics)
-    log.info("kuberl operator: watching %s; metrics on :%d, health on :%d",
-             ", ".join(options.namespaces) or "all namespaces", options.metrics_port, options.health_port)
+    log.info(
+        "kuberl operator: watching %s; metrics on :%d, health on :%d",
+        ", ".join(options.namespaces) or "all namespaces",
+        options.metrics_port,
+        options.health_port,
+    )
     kopf.run(
         registry=registry,
         standalone=True,

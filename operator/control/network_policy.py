@@ -21,12 +21,17 @@ KIND = "NetworkPolicy"
 
 def trainer_peer(job_name: str, roles: Sequence[str]) -> dict[str, Any]:
     """The job's trainer pods, as a NetworkPolicy peer (same namespace: no namespaceSelector)."""
-    return {"podSelector": {"matchLabels": {LABEL_JOB: job_name},
-                            "matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": sorted(roles)}]}}
+    return {
+        "podSelector": {
+            "matchLabels": {LABEL_JOB: job_name},
+            "matchExpressions": [{"key": LABEL_ROLE, "operator": "In", "values": sorted(roles)}],
+        }
+    }
 
 
-def network_policy(owner: Owner, roles: Sequence[str], metrics_port: int | None,
-                   metrics_peers: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+def network_policy(
+    owner: Owner, roles: Sequence[str], metrics_port: int | None, metrics_peers: tuple[dict[str, Any], ...]
+) -> dict[str, Any]:
     """The policy of the job `owner` whose pods of their own have `roles`. `metrics_port`: the engine's
     Prometheus port (None: monitoring off); `metrics_peers`: NetworkPolicy peers that may scrape it."""
     ingress: list[dict[str, Any]] = [{"from": [trainer_peer(owner.name, roles)]}]

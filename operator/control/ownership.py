@@ -44,8 +44,12 @@ def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def controlled_by(obj: Mapping[str, Any], uid: str) -> bool:
     """Whether this RLJob (by uid, not name: a job made again under the same name is another job) controls `obj`."""
     ref = controller_of(obj)
-    return ref is not None and ref.get("uid") == uid and ref.get("kind") == KIND and \
-        str(ref.get("apiVersion", "")).split("/")[0] == API_VERSION.split("/")[0]
+    return (
+        ref is not None
+        and ref.get("uid") == uid
+        and ref.get("kind") == KIND
+        and str(ref.get("apiVersion", "")).split("/")[0] == API_VERSION.split("/")[0]
+    )
 
 
 def _owner_words(obj: Mapping[str, Any]) -> str:
@@ -55,8 +59,9 @@ def _owner_words(obj: Mapping[str, Any]) -> str:
     return f"its controller is {ref.get('kind', '?')} {ref.get('name', '?')} (uid {ref.get('uid', '?')})"
 
 
-def name_conflicts(desired: Sequence[Mapping[str, Any]], found: Mapping[ObjectKey, Mapping[str, Any] | None],
-                   uid: str) -> list[NameConflict]:
+def name_conflicts(
+    desired: Sequence[Mapping[str, Any]], found: Mapping[ObjectKey, Mapping[str, Any] | None], uid: str
+) -> list[NameConflict]:
     """The desired objects whose name is held by an object that the RLJob `uid` does not control.
     `found`: what the API holds under each desired object's (kind, name); None or missing: absent."""
     conflicts = []

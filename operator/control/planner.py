@@ -34,6 +34,7 @@ from .jobset import jobset
 from .network_policy import network_policy
 from .sandbox_pods import sandbox_objects
 
+
 @dataclass(frozen=True)
 class Plan:
     """The desired children of one RLJob."""
@@ -76,6 +77,7 @@ def engine_config(job: RLJob, initialized: InitializationStatus | None = None) -
     roles = topology(job)
     model, tokenizer, reward = spec.model, spec.tokenizer, spec.reward
     if initialized is not None:
+
         def pinned(source, field):
             commit = initialized.commit_of(field)
             return source.model_copy(update={"revision": commit}) if source is not None and commit else source
@@ -100,8 +102,14 @@ def engine_config(job: RLJob, initialized: InitializationStatus | None = None) -
     )
 
 
-def plan(job: RLJob, uid: str, settings: OperatorSettings = OperatorSettings(),
-         initialized: InitializationStatus | None = None, restarts_before: int = 0, preemptions_before: int = 0) -> Plan:
+def plan(
+    job: RLJob,
+    uid: str,
+    settings: OperatorSettings = OperatorSettings(),
+    initialized: InitializationStatus | None = None,
+    restarts_before: int = 0,
+    preemptions_before: int = 0,
+) -> Plan:
     """The children of `job` (whose API object has `uid`); `initialized` is what the initializer reported, once
     it has; the two counts are the RLJob's when its JobSet is made (see jobset.jobset)."""
     name = job.metadata.name
@@ -157,8 +165,9 @@ def plan(job: RLJob, uid: str, settings: OperatorSettings = OperatorSettings(),
         claim_spec: dict[str, Any] = {"accessModes": [cache.access_mode], "resources": {"requests": {"storage": str(cache.size)}}}
         if cache.storage_class_name:
             claim_spec["storageClassName"] = cache.storage_class_name
-        support.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(child_name(name, "cache")),
-                        "spec": claim_spec})
+        support.append(
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(child_name(name, "cache")), "spec": claim_spec}
+        )
 
     own_pods = [role for role, topo in config.roles.items() if topo.colocated_with is None]
     if settings.network_policy:

@@ -16,7 +16,17 @@ from kuberl.engine.config.termination import NOT_RETRYABLE_EXIT_CODE, TRAINER_CO
 from ..api import GPU_RESOURCE, MASTER_PORT, RLJob, RoleName
 from ..api.pods import CACHE_DIR, CONFIG_DIR, HUB_CACHE_DIR, RESERVED_VOLUME_PREFIX
 from ..validation.cluster_rules import checkpoint_mount
-from .children import CONFIG_FILE, JOBSET_RESTART_LABEL, LABEL_CONTROLLER, LABEL_JOB, LABEL_ROLE, TRAINER_UID, OperatorSettings, Owner, child_name
+from .children import (
+    CONFIG_FILE,
+    JOBSET_RESTART_LABEL,
+    LABEL_CONTROLLER,
+    LABEL_JOB,
+    LABEL_ROLE,
+    TRAINER_UID,
+    OperatorSettings,
+    Owner,
+    child_name,
+)
 from .sandbox_address import sandbox_env
 
 SHM_VOLUME = f"{RESERVED_VOLUME_PREFIX}shm"
@@ -240,9 +250,14 @@ def replicated_job(job: RLJob, group: PodGroup, config: EngineConfig, settings: 
         # One failed pod fails its Job, and JobSet restarts every Job of the gang (jobset.py); unless the rank
         # said a restart cannot help: then the Job fails with reason PodFailurePolicy, and the JobSet with it.
         "backoffLimit": 0,
-        "podFailurePolicy": {"rules": [
-            {"action": "FailJob", "onExitCodes": {"containerName": TRAINER_CONTAINER, "operator": "In", "values": [NOT_RETRYABLE_EXIT_CODE]}},
-        ]},
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": TRAINER_CONTAINER, "operator": "In", "values": [NOT_RETRYABLE_EXIT_CODE]},
+                },
+            ]
+        },
         "template": {
             "metadata": {"labels": pod_labels, **({"annotations": pod_annotations} if pod_annotations else {})},
             "spec": pod_spec,

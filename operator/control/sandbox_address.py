@@ -47,5 +47,7 @@ def sandbox_env(job: RLJob, namespace: str) -> list[dict[str, Any]]:
         return []
     spec = multi_turn(job)
     assert spec is not None
-    return [{"name": SANDBOX_URL_ENV, "value": sandbox_url(job.metadata.name or "", namespace)},
-            {"name": SANDBOX_QUEUE_ENV, "value": str(spec.sandbox.queue_seconds)}]
+    return [
+        {"name": SANDBOX_URL_ENV, "value": sandbox_url(job.metadata.name or "", namespace)},
+        {"name": SANDBOX_QUEUE_ENV, "value": str(spec.sandbox.queue_seconds)},
+    ]

@@ -37,8 +37,15 @@ from ..api import RLJob
 from .children import LABEL_MANAGED_BY, MANAGER, OperatorSettings, Owner
 from .network_policy import API_VERSION as NETWORK_POLICY_API_VERSION, trainer_peer
 from .pod_spec import CONTAINER_SECURITY, POD_SECURITY, trainer_image
-from .sandbox_address import (AGENT_SANDBOX, AGENT_SANDBOX_EXTENSIONS_API_VERSION, LABEL_SANDBOX, SANDBOX_PORT, multi_turn,
-                              sandbox_name, wants_sandbox_pods)
+from .sandbox_address import (
+    AGENT_SANDBOX,
+    AGENT_SANDBOX_EXTENSIONS_API_VERSION,
+    LABEL_SANDBOX,
+    SANDBOX_PORT,
+    multi_turn,
+    sandbox_name,
+    wants_sandbox_pods,
+)
 
 SCRATCH_VOLUME = "kuberl-scratch"
 SCRATCH_DIR = "/tmp"
@@ -142,14 +149,19 @@ def service(owner: Owner) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": owner.meta(sandbox_name(owner.name)),
-        "spec": {"clusterIP": "None", "selector": {LABEL_SANDBOX: owner.name},
-                 "ports": [{"name": "sandbox", "port": SANDBOX_PORT, "targetPort": SANDBOX_PORT}]},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_SANDBOX: owner.name},
+            "ports": [{"name": "sandbox", "port": SANDBOX_PORT, "targetPort": SANDBOX_PORT}],
+        },
     }
 
 
 # The cluster's DNS pods, by the labels kube-dns and CoreDNS deployments carry in kube-system.
-DNS_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-            "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+DNS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
 DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
 
@@ -167,8 +179,9 @@ def egress_rules(box: ToolSandboxSpec) -> list[dict[str, Any]]:
     for destination in box.egress:
         rule: dict[str, Any] = {"to": [{"ipBlock": ip_block(destination)}]}
         if destination.ports:
-            rule["ports"] = [{"protocol": p.protocol, "port": p.port, **({"endPort": p.end_port} if p.end_port else {})}
-                             for p in destination.ports]
+            rule["ports"] = [
+                {"protocol": p.protocol, "port": p.port, **({"endPort": p.end_port} if p.end_port else {})} for p in destination.ports
+            ]
         rules.append(rule)
     if box.dns:
         rules.append({"to": [DNS_PEER], "ports": DNS_PORTS})

@@ -74,10 +74,17 @@ def start_agent_sandbox(plane: ControlPlane, workdir: Path, root: Path, timeout:
     health = free_port()
     started = AgentSandbox(plane, workdir)
     try:
-        started.processes[CONTROLLER] = _spawn_argv(workdir / f"{CONTROLLER}.log", [
-            str(root / "bin" / CONTROLLER), f"--kubeconfig={plane.kubeconfig}", "--extensions", "--leader-elect=false",
-            "--metrics-bind-address=0", f"--health-probe-bind-address=127.0.0.1:{health}",
-        ])
+        started.processes[CONTROLLER] = _spawn_argv(
+            workdir / f"{CONTROLLER}.log",
+            [
+                str(root / "bin" / CONTROLLER),
+                f"--kubeconfig={plane.kubeconfig}",
+                "--extensions",
+                "--leader-elect=false",
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-address=127.0.0.1:{health}",
+            ],
+        )
         _wait(started, CONTROLLER, time.monotonic() + timeout, lambda: _http_ok(f"http://127.0.0.1:{health}/readyz"))
     except BaseException:
         started.stop()

@@ -17,6 +17,7 @@ def delete_namespace(plane: ControlPlane, namespace: str, grace_s: int = 60) -> 
     trainer pod's own grace period is minutes: it checkpoints on SIGTERM); the ones left after that are
     removed without waiting for their containers, as a node drain's --force does. Raises AssertionError
     with the cluster's state, the namespace's own conditions last, if the namespace is still there."""
+
     def present() -> bool:
         return bool(plane.kubectl("get", "namespace", namespace, "--ignore-not-found", "-o", "name", check=False).stdout.strip())
 
@@ -33,5 +34,6 @@ def delete_namespace(plane: ControlPlane, namespace: str, grace_s: int = 60) -> 
         return
     plane.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force", "--wait=false", check=False)
     if not gone_within(NAMESPACE_RECHECK_S):
-        raise AssertionError(f"namespace {namespace} is still there after {grace_s + 2 * NAMESPACE_RECHECK_S} s\n"
-                             f"{cluster_report(plane, namespace)}")
+        raise AssertionError(
+            f"namespace {namespace} is still there after {grace_s + 2 * NAMESPACE_RECHECK_S} s\n{cluster_report(plane, namespace)}"
+        )

@@ -124,8 +124,12 @@ class ControlPlane:
         return _run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args], check, input=input)
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        env = {**os.environ, "HELM_CACHE_HOME": str(self.workdir / "helm-cache"),
-               "HELM_CONFIG_HOME": str(self.workdir / "helm-config"), "HELM_DATA_HOME": str(self.workdir / "helm-data")}
+        env = {
+            **os.environ,
+            "HELM_CACHE_HOME": str(self.workdir / "helm-cache"),
+            "HELM_CONFIG_HOME": str(self.workdir / "helm-config"),
+            "HELM_DATA_HOME": str(self.workdir / "helm-data"),
+        }
         return _run([str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args], check, env=env)
 
     def api_client(self, token: str | None = None):
@@ -184,71 +188,116 @@ def start_control_plane(
     workdir.mkdir(parents=True, exist_ok=True)
     loopback = ipaddress.ip_address(address).is_loopback
     pki = make_pki(workdir / "pki", address, SERVICE_CIDR)
-    identities = (User("admin", "admin", ("system:masters",)), User("controller-manager", "system:kube-controller-manager"),
-                  User("scheduler", "system:kube-scheduler"), *users)
+    identities = (
+        User("admin", "admin", ("system:masters",)),
+        User("controller-manager", "system:kube-controller-manager"),
+        User("scheduler", "system:kube-scheduler"),
+        *users,
+    )
     tokens = {user.key: os.urandom(16).hex() for user in identities}
-    (workdir / "tokens.csv").write_text("".join(
-        f"{tokens[u.key]},{u.name},{u.key}," + (f'"{",".join(u.groups)}"' if u.groups else "") + "\n" for u in identities))
+    (workdir / "tokens.csv").write_text(
+        "".join(f"{tokens[u.key]},{u.name},{u.key}," + (f'"{",".join(u.groups)}"' if u.groups else "") + "\n" for u in identities)
+    )
     ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
     server = f"https://{address}:{ports['apiserver']}"
     kubeconfigs = {
-        name: write_kubeconfig(workdir / f"{name}.kubeconfig", server, pki["ca.crt"], token, user=name)
-        for name, token in tokens.items()
+        name: write_kubeconfig(workdir / f"{name}.kubeconfig", server, pki["ca.crt"], token, user=name) for name, token in tokens.items()
     }
     plane = ControlPlane(workdir, bin_dir, server, kubeconfigs["admin"], pki["ca.crt"], tokens["admin"], kubeconfigs=kubeconfigs)
     deadline = time.monotonic() + timeout
     try:
         etcd_url = f"http://127.0.0.1:{ports['etcd']}"
         peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
-        _spawn(plane, "etcd", [
-            "--name=kuberl-test", f"--data-dir={workdir / 'etcd'}",
-            f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=kuberl-test={peer_url}", "--unsafe-no-fsync", "--log-level=warn",
-        ])
+        _spawn(
+            plane,
+            "etcd",
+            [
+                "--name=kuberl-test",
+                f"--data-dir={workdir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=kuberl-test={peer_url}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
         _wait(plane, "etcd", deadline, lambda: _http_ok(f"{etcd_url}/health"))
 
-        _spawn(plane, "kube-apiserver", [
-            f"--etcd-servers={etcd_url}", f"--bind-address={address}", f"--advertise-address={address}",
-            f"--secure-port={ports['apiserver']}",
-            f"--tls-cert-file={pki['apiserver.crt']}", f"--tls-private-key-file={pki['apiserver.key']}",
-            f"--client-ca-file={pki['ca.crt']}", f"--token-auth-file={workdir / 'tokens.csv'}",
-            # Node: a kubelet (system:node:NAME) may touch only its own node and pods.
-            "--authorization-mode=Node,RBAC", "--anonymous-auth=false",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki['sa.pub']}", f"--service-account-signing-key-file={pki['sa.key']}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", f"--profiling={str(profiling).lower()}",
-            # A node's address, never its name: no name here is known to the machine's resolver.
-            "--kubelet-preferred-address-types=InternalIP",
-            f"--cert-dir={workdir / 'pki'}",
-            # The kubernetes Service's endpoints must be a routable address: on loopback nothing
-            # reaches the API server through that Service, so no endpoints are kept for it.
-            f"--endpoint-reconciler-type={'none' if loopback else 'lease'}",
-        ])
+        _spawn(
+            plane,
+            "kube-apiserver",
+            [
+                f"--etcd-servers={etcd_url}",
+                f"--bind-address={address}",
+                f"--advertise-address={address}",
+                f"--secure-port={ports['apiserver']}",
+                f"--tls-cert-file={pki['apiserver.crt']}",
+                f"--tls-private-key-file={pki['apiserver.key']}",
+                f"--client-ca-file={pki['ca.crt']}",
+                f"--token-auth-file={workdir / 'tokens.csv'}",
+                # Node: a kubelet (system:node:NAME) may touch only its own node and pods.
+                "--authorization-mode=Node,RBAC",
+                "--anonymous-auth=false",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki['sa.pub']}",
+                f"--service-account-signing-key-file={pki['sa.key']}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--profiling={str(profiling).lower()}",
+                # A node's address, never its name: no name here is known to the machine's resolver.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--cert-dir={workdir / 'pki'}",
+                # The kubernetes Service's endpoints must be a routable address: on loopback nothing
+                # reaches the API server through that Service, so no endpoints are kept for it.
+                f"--endpoint-reconciler-type={'none' if loopback else 'lease'}",
+            ],
+        )
         _wait(plane, "kube-apiserver", deadline, lambda: _http_ok(f"{server}/readyz", pki["ca.crt"], tokens["admin"]))
 
         common = ["--leader-elect=false", "--bind-address=127.0.0.1", "--profiling=false"]
-        _spawn(plane, "kube-controller-manager", [
-            f"--kubeconfig={kubeconfigs['controller-manager']}",
-            f"--authentication-kubeconfig={kubeconfigs['controller-manager']}",
-            f"--authorization-kubeconfig={kubeconfigs['controller-manager']}",
-            f"--secure-port={ports['kcm']}", f"--cert-dir={workdir / 'kcm-certs'}",
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={pki['sa.key']}", f"--root-ca-file={pki['ca.crt']}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", *common,
-        ])
-        _spawn(plane, "kube-scheduler", [
-            f"--kubeconfig={kubeconfigs['scheduler']}",
-            f"--authentication-kubeconfig={kubeconfigs['scheduler']}",
-            f"--authorization-kubeconfig={kubeconfigs['scheduler']}",
-            f"--secure-port={ports['scheduler']}", f"--cert-dir={workdir / 'scheduler-certs'}", *common,
-        ])
-        _spawn(plane, "kwok", [
-            f"--kubeconfig={kubeconfigs['admin']}", f"--config={STAGES_FILE}",
-            "--manage-all-nodes=false", f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=true",
-            "--node-lease-duration-seconds=40", "--cidr=10.244.0.1/16", "--node-ip=10.240.0.1",
-            f"--server-address=127.0.0.1:{ports['kwok']}",
-        ])
+        _spawn(
+            plane,
+            "kube-controller-manager",
+            [
+                f"--kubeconfig={kubeconfigs['controller-manager']}",
+                f"--authentication-kubeconfig={kubeconfigs['controller-manager']}",
+                f"--authorization-kubeconfig={kubeconfigs['controller-manager']}",
+                f"--secure-port={ports['kcm']}",
+                f"--cert-dir={workdir / 'kcm-certs'}",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki['sa.key']}",
+                f"--root-ca-file={pki['ca.crt']}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                *common,
+            ],
+        )
+        _spawn(
+            plane,
+            "kube-scheduler",
+            [
+                f"--kubeconfig={kubeconfigs['scheduler']}",
+                f"--authentication-kubeconfig={kubeconfigs['scheduler']}",
+                f"--authorization-kubeconfig={kubeconfigs['scheduler']}",
+                f"--secure-port={ports['scheduler']}",
+                f"--cert-dir={workdir / 'scheduler-certs'}",
+                *common,
+            ],
+        )
+        _spawn(
+            plane,
+            "kwok",
+            [
+                f"--kubeconfig={kubeconfigs['admin']}",
+                f"--config={STAGES_FILE}",
+                "--manage-all-nodes=false",
+                f"--manage-nodes-with-label-selector={KWOK_NODE_LABEL}=true",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.244.0.1/16",
+                "--node-ip=10.240.0.1",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+            ],
+        )
         _wait(plane, "kube-controller-manager", deadline, lambda: _http_ok(f"https://127.0.0.1:{ports['kcm']}/healthz", None))
         _wait(plane, "kube-scheduler", deadline, lambda: _http_ok(f"https://127.0.0.1:{ports['scheduler']}/healthz", None))
 
@@ -258,8 +307,12 @@ def start_control_plane(
         names = {n["metadata"]["name"] for n in nodes}
         _wait(plane, "kwok", deadline, lambda: names <= _ready_nodes(plane))
         # The controller-manager creates each namespace's "default" ServiceAccount; pods need it.
-        _wait(plane, "kube-controller-manager", deadline,
-              lambda: plane.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0)
+        _wait(
+            plane,
+            "kube-controller-manager",
+            deadline,
+            lambda: plane.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+        )
     except BaseException:
         plane.stop()
         raise
@@ -293,8 +346,12 @@ def _spawn(plane: ControlPlane, name: str, args: list[str]) -> None:
 def _spawn_argv(log_path: Path, argv: list[str]) -> subprocess.Popen:
     with open(log_path, "wb") as log:
         return subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
 
 

@@ -6,8 +6,9 @@ import re
 from pathlib import Path
 
 # The examples that `kuberl run` runs on one machine, reading its own files; the others are for a cluster.
-LOCAL_EXAMPLES = frozenset({"grpo-smollm2-arith.yaml", "grpo-async.yaml", "dpo.yaml", "agent-calculator.yaml",
-                            "agent-calculator-sandbox.yaml"})
+LOCAL_EXAMPLES = frozenset(
+    {"grpo-smollm2-arith.yaml", "grpo-async.yaml", "dpo.yaml", "agent-calculator.yaml", "agent-calculator-sandbox.yaml"}
+)
 
 
 def rljob_files(folder: Path) -> list[Path]:

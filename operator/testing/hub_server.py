@@ -52,8 +52,29 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx", ".npy",
-                ".npz", ".pkl", ".pickle", ".tar", ".gz", ".zip", ".zst", ".tflite", ".ot", ".arrow", ".parquet")
+LFS_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".gguf",
+    ".h5",
+    ".msgpack",
+    ".onnx",
+    ".npy",
+    ".npz",
+    ".pkl",
+    ".pickle",
+    ".tar",
+    ".gz",
+    ".zip",
+    ".zst",
+    ".tflite",
+    ".ot",
+    ".arrow",
+    ".parquet",
+)
 LFS_MIN_SIZE = 10 * 1024 * 1024
 DEFAULT_BRANCH = "main"
 _CHUNK = 1024 * 1024
@@ -126,8 +147,7 @@ def _read_file(local: Path, path: str) -> RepoFile:
     if not _is_lfs(path, size):
         return RepoFile(path=path, local=local, size=size, git_oid=sha1_content.hexdigest())
     pointer = _lfs_pointer(sha256.hexdigest(), size)
-    return RepoFile(path=path, local=local, size=size, git_oid=_git_blob_oid(pointer), sha256=sha256.hexdigest(),
-                    pointer_size=len(pointer))
+    return RepoFile(path=path, local=local, size=size, git_oid=_git_blob_oid(pointer), sha256=sha256.hexdigest(), pointer_size=len(pointer))
 
 
 def _commit_sha(files: dict[str, RepoFile]) -> str:
@@ -151,7 +171,7 @@ class _Listener(ThreadingHTTPServer):
 
 def _repo_of(path: str) -> str:
     """The repository a hub URL path names: /api/models/{repo}[/...] or /{repo}/resolve/..."""
-    rest = path[len("/api/models/"):] if path.startswith("/api/models/") else path.lstrip("/").partition("/resolve/")[0]
+    rest = path[len("/api/models/") :] if path.startswith("/api/models/") else path.lstrip("/").partition("/resolve/")[0]
     for marker in ("/tree/", "/revision/"):
         rest = rest.partition(marker)[0]
     return unquote(rest.rstrip("/"))
@@ -160,8 +180,15 @@ def _repo_of(path: str) -> str:
 class HubServer:
     """The stand-in hub: model repositories from local folders, served over HTTP on `host`."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int | None = None, token: str | None = None, *,
-                 storage_port: int | None = None, log_file: Path | None = None):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        token: str | None = None,
+        *,
+        storage_port: int | None = None,
+        log_file: Path | None = None,
+    ):
         """port None: any free port (see `url`). storage_port: the LFS storage origin's (None: any free port);
         a pod that downloads through this server must reach both. token: the repositories not added as
         public are private to it. log_file: each request is also appended to it as a JSON line."""
@@ -236,8 +263,9 @@ class HubServer:
 
     def start(self) -> "HubServer":
         for listener in (self._hub, self._storage):
-            thread = threading.Thread(target=listener.serve_forever, kwargs={"poll_interval": 0.1},
-                                      name=f"hub-stand-in-{listener.origin}", daemon=True)
+            thread = threading.Thread(
+                target=listener.serve_forever, kwargs={"poll_interval": 0.1}, name=f"hub-stand-in-{listener.origin}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
         return self
@@ -313,9 +341,17 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as exc:  # a bug of the stand-in: say so to the client instead of dropping the connection
             status = self._reply(500, {"Content-Type": "text/plain"}, f"hub stand-in: {exc!r}".encode(), send_body)
         finally:
-            self.server.hub._record(RequestRecord(
-                method=self.command, path=self.path, status=status, origin=self.server.origin, repo=self._repo,
-                file=self._file if send_body and status in (200, 206) else None, time=time.time()))
+            self.server.hub._record(
+                RequestRecord(
+                    method=self.command,
+                    path=self.path,
+                    status=status,
+                    origin=self.server.origin,
+                    repo=self._repo,
+                    file=self._file if send_body and status in (200, 206) else None,
+                    time=time.time(),
+                )
+            )
 
     # --- the hub origin -------------------------------------------------------------------------
 
@@ -325,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
         if refused:
             return refused
         if path.startswith("/api/models/"):
-            return self._api(path[len("/api/models/"):], send_body)
+            return self._api(path[len("/api/models/") :], send_body)
         if "/resolve/" in path:
             repo, _, tail = path.lstrip("/").partition("/resolve/")
             revision, _, file = tail.partition("/")
@@ -388,11 +424,19 @@ class _Handler(BaseHTTPRequestHandler):
         self._file = path
         if entry.lfs:
             # The hub redirects LFS content to its CDN; the size and the content's hash travel on the redirect.
-            location = (f"{self.server.hub.storage_url}/repos/{quote(repo)}/lfs/{entry.sha256}"
-                        f"?filename={quote(path, safe='')}")
-            return self._reply(302, {"X-Repo-Commit": commit.sha, "ETag": f'"{entry.git_oid}"',
-                                     "X-Linked-Etag": f'"{entry.sha256}"', "X-Linked-Size": str(entry.size),
-                                     "Location": location}, b"", send_body)
+            location = f"{self.server.hub.storage_url}/repos/{quote(repo)}/lfs/{entry.sha256}?filename={quote(path, safe='')}"
+            return self._reply(
+                302,
+                {
+                    "X-Repo-Commit": commit.sha,
+                    "ETag": f'"{entry.git_oid}"',
+                    "X-Linked-Etag": f'"{entry.sha256}"',
+                    "X-Linked-Size": str(entry.size),
+                    "Location": location,
+                },
+                b"",
+                send_body,
+            )
         return self._content(entry, {"X-Repo-Commit": commit.sha, "ETag": f'"{entry.git_oid}"'}, send_body)
 
     # --- the storage origin (the CDN's stand-in) -----------------------------------------------
@@ -412,9 +456,9 @@ class _Handler(BaseHTTPRequestHandler):
         if entry is None:
             return self._reply(404, {"Content-Type": "text/plain"}, b"NoSuchKey", send_body)
         self._file = entry.path
-        return self._content(entry, {"ETag": f'"{entry.sha256}"',
-                                     "Content-Disposition": f'attachment; filename="{Path(entry.path).name}"'},
-                             send_body)
+        return self._content(
+            entry, {"ETag": f'"{entry.sha256}"', "Content-Disposition": f'attachment; filename="{Path(entry.path).name}"'}, send_body
+        )
 
     # --- responses ------------------------------------------------------------------------------
 
@@ -423,7 +467,7 @@ class _Handler(BaseHTTPRequestHandler):
         status = 200
         wanted = self.headers.get("Range")
         if wanted and wanted.startswith("bytes=") and "," not in wanted:
-            first, _, last = wanted[len("bytes="):].partition("-")
+            first, _, last = wanted[len("bytes=") :].partition("-")
             if first.isdigit():
                 start = int(first)
                 end = min(int(last), entry.size - 1) if last.isdigit() else entry.size - 1
@@ -433,8 +477,12 @@ class _Handler(BaseHTTPRequestHandler):
                 headers = {**headers, "Content-Range": f"bytes {start}-{end}/{entry.size}"}
         length = end - start + 1 if entry.size else 0
         self.send_response(status)
-        for name, value in {**headers, "Content-Type": "application/octet-stream", "Accept-Ranges": "bytes",
-                            "Content-Length": str(length)}.items():
+        for name, value in {
+            **headers,
+            "Content-Type": "application/octet-stream",
+            "Accept-Ranges": "bytes",
+            "Content-Length": str(length),
+        }.items():
             self.send_header(name, value)
         self.end_headers()
         if send_body and length:
@@ -443,16 +491,16 @@ class _Handler(BaseHTTPRequestHandler):
                 _copy(f, self.wfile, length)
         return status
 
-    def _error(self, status: int, code: str | None, message: str, send_body: bool,
-               extra: dict[str, str] | None = None) -> int:
+    def _error(self, status: int, code: str | None, message: str, send_body: bool, extra: dict[str, str] | None = None) -> int:
         headers = {"X-Error-Message": message, **(extra or {})}
         if code is not None:
             headers["X-Error-Code"] = code
         return self._json(status, {"error": message}, send_body, headers)
 
     def _json(self, status: int, body: object, send_body: bool, headers: dict[str, str] | None = None) -> int:
-        return self._reply(status, {"Content-Type": "application/json; charset=utf-8", **(headers or {})},
-                           json.dumps(body).encode(), send_body)
+        return self._reply(
+            status, {"Content-Type": "application/json; charset=utf-8", **(headers or {})}, json.dumps(body).encode(), send_body
+        )
 
     def _reply(self, status: int, headers: dict[str, str], body: bytes, send_body: bool) -> int:
         self.send_response(status)
@@ -487,9 +535,20 @@ def _model_info(repo: str, commit: Commit, blobs: bool) -> dict[str, object]:
                 sibling["lfs"] = _lfs_json(entry, "sha256")
         siblings.append(sibling)
     author = repo.split("/")[0] if "/" in repo else None
-    return {"_id": commit.sha[:24], "id": repo, "modelId": repo, "author": author, "sha": commit.sha,
-            "private": False, "gated": False, "disabled": False, "tags": [], "siblings": siblings,
-            "lastModified": "2024-01-01T00:00:00.000Z", "createdAt": "2024-01-01T00:00:00.000Z"}
+    return {
+        "_id": commit.sha[:24],
+        "id": repo,
+        "modelId": repo,
+        "author": author,
+        "sha": commit.sha,
+        "private": False,
+        "gated": False,
+        "disabled": False,
+        "tags": [],
+        "siblings": siblings,
+        "lastModified": "2024-01-01T00:00:00.000Z",
+        "createdAt": "2024-01-01T00:00:00.000Z",
+    }
 
 
 def _tree(commit: Commit, sub: str, recursive: bool) -> list[dict[str, object]]:
@@ -499,7 +558,7 @@ def _tree(commit: Commit, sub: str, recursive: bool) -> list[dict[str, object]]:
     for entry in commit.files.values():
         if not entry.path.startswith(prefix):
             continue
-        rest = entry.path[len(prefix):]
+        rest = entry.path[len(prefix) :]
         parents = rest.split("/")[:-1]
         for depth in range(1, len(parents) + 1):
             if recursive or depth == 1:
@@ -509,14 +568,16 @@ def _tree(commit: Commit, sub: str, recursive: bool) -> list[dict[str, object]]:
             if entry.lfs:
                 item["lfs"] = _lfs_json(entry, "oid")
             files.append(item)
-    dirs = [{"type": "directory", "oid": hashlib.sha1(f"{commit.sha}:{d}".encode()).hexdigest(), "size": 0,
-             "path": d} for d in sorted(folders)]
+    dirs = [
+        {"type": "directory", "oid": hashlib.sha1(f"{commit.sha}:{d}".encode()).hexdigest(), "size": 0, "path": d} for d in sorted(folders)
+    ]
     return dirs + sorted(files, key=lambda item: str(item["path"]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kuberl.operator.testing.hub_server",
-                                     description="A stand-in for the Hugging Face hub (tests only).")
+    parser = argparse.ArgumentParser(
+        prog="python -m kuberl.operator.testing.hub_server", description="A stand-in for the Hugging Face hub (tests only)."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed)")
     parser.add_argument("--storage-port", type=int, default=0, help="the LFS storage origin's port (0: any)")

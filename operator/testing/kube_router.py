@@ -30,12 +30,12 @@ SYNC_SECONDS = 60.0
 SYNCED = "sync iptables took"  # the network policy controller logs it (at -v=1) after each full sync
 
 
-
 def kernel_refuses_ipset() -> str | None:
     """Why this machine cannot run kube-router's firewall, asked before it is built; None when it can."""
     try:
-        probe = subprocess.run(["unshare", "--net", "ipset", "create", "kuberl-probe", "hash:ip"], capture_output=True,
-                               text=True, timeout=30)
+        probe = subprocess.run(
+            ["unshare", "--net", "ipset", "create", "kuberl-probe", "hash:ip"], capture_output=True, text=True, timeout=30
+        )
     except FileNotFoundError:
         return "the ipset command is missing (Debian's ipset package; scripts/node-deps.sh installs it)"
     if probe.returncode != 0:
@@ -54,10 +54,22 @@ def start(plane, netns: str, node_name: str, workdir: Path, router: Path) -> sub
     token = service_account_token(plane, name, namespace, RULES)
     workdir.mkdir(parents=True, exist_ok=True)
     kubeconfig = plane.kubeconfig_for_token(token, workdir / "kubeconfig")
-    argv = ["nsenter", f"--net=/run/netns/{netns}", str(router), f"--kubeconfig={kubeconfig}",
-            f"--hostname-override={node_name}", "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
-            "--enable-cni=false", f"--service-cluster-ip-range={SERVICE_CIDR}", "--health-port=0", "--metrics-port=0",
-            "--iptables-sync-period=10s", "--v=2"]
+    argv = [
+        "nsenter",
+        f"--net=/run/netns/{netns}",
+        str(router),
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={node_name}",
+        "--run-firewall=true",
+        "--run-router=false",
+        "--run-service-proxy=false",
+        "--enable-cni=false",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        "--health-port=0",
+        "--metrics-port=0",
+        "--iptables-sync-period=10s",
+        "--v=2",
+    ]
     log = open(workdir / "kube-router.log", "ab")
     return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -86,8 +98,10 @@ def without_chains(dump: str, prefixes: tuple[str, ...] = CHAIN_PREFIXES) -> str
         words = line.split()
         if line.startswith(":") and line[1:].startswith(prefixes):
             continue
-        if line.startswith("-A") and (words[1].startswith(prefixes) or any(
-                w in ("-j", "-g") and i + 1 < len(words) and words[i + 1].startswith(prefixes) for i, w in enumerate(words))):
+        if line.startswith("-A") and (
+            words[1].startswith(prefixes)
+            or any(w in ("-j", "-g") and i + 1 < len(words) and words[i + 1].startswith(prefixes) for i, w in enumerate(words))
+        ):
             continue
         kept.append(line)
     return "\n".join(kept) + "\n"
@@ -104,8 +118,7 @@ def stop(proc: subprocess.Popen, netns: str) -> None:
         proc.wait()
     inside = ["nsenter", f"--net=/run/netns/{netns}"]
     dump = subprocess.run([*inside, "iptables-save"], capture_output=True, text=True, timeout=30, check=True).stdout
-    subprocess.run([*inside, "iptables-restore"], input=without_chains(dump), capture_output=True, text=True, timeout=30,
-                   check=True)
+    subprocess.run([*inside, "iptables-restore"], input=without_chains(dump), capture_output=True, text=True, timeout=30, check=True)
     # Only kube-router makes ipsets in the node's namespace (kube-proxy runs in iptables mode there).
     subprocess.run([*inside, "ipset", "destroy"], capture_output=True, text=True, timeout=30, check=True)
     left = subprocess.run([*inside, "iptables-save"], capture_output=True, text=True, timeout=30).stdout

@@ -25,7 +25,6 @@ RULES = [
 ]
 
 
-
 def binary(cache: Path = Path.home() / ".cache" / "kuberl" / "node") -> Path:
     """The enforcer's binary, built once into `cache` (a few minutes on 2 cores)."""
     return go_binary(MODULE, VERSION, "./cmd", cache / f"kube-network-policies-{VERSION}" / "kube-network-policies")
@@ -41,11 +40,26 @@ def start(plane, netns: str, node_name: str, workdir: Path, enforcer: Path) -> s
     (secrets / "ca.crt").write_bytes(Path(plane.ca_file).read_bytes())
     (secrets / "namespace").write_text(namespace)
     server = urlparse(plane.server)
-    script = ('mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && '
-              'cp "$1"/* /run/secrets/kubernetes.io/serviceaccount/ && '
-              'exec "$2" --hostname-override="$3" --disable-nri --netfilter-bug-1766-fix=false --nfqueue-id=98 --metrics-bind-address=127.0.0.1:9080 --v=2')
-    argv = ["nsenter", f"--net=/run/netns/{netns}", "unshare", "--mount", "--propagation", "private",
-            "sh", "-c", script, "sh", str(secrets), str(enforcer), node_name]
+    script = (
+        "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && "
+        'cp "$1"/* /run/secrets/kubernetes.io/serviceaccount/ && '
+        'exec "$2" --hostname-override="$3" --disable-nri --netfilter-bug-1766-fix=false --nfqueue-id=98 --metrics-bind-address=127.0.0.1:9080 --v=2'
+    )
+    argv = [
+        "nsenter",
+        f"--net=/run/netns/{netns}",
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        str(secrets),
+        str(enforcer),
+        node_name,
+    ]
     env = {**os.environ, "KUBERNETES_SERVICE_HOST": server.hostname or "", "KUBERNETES_SERVICE_PORT": str(server.port or 443)}
     log = open(workdir / "kube-network-policies.log", "ab")
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -53,15 +67,16 @@ def start(plane, netns: str, node_name: str, workdir: Path, enforcer: Path) -> s
 
 
 QUEUE_PROBE = "table inet kuberl_probe {\n chain c {\n  type filter hook forward priority 0;\n  queue num 98 bypass\n }\n}\n"
-KERNEL_LACKS_QUEUE = ("the kernel refuses kube-network-policies' nftables rules (ENOENT: no nftables `queue` expression, "
-                      "module nft_queue, and no modules can be loaded here)")
+KERNEL_LACKS_QUEUE = (
+    "the kernel refuses kube-network-policies' nftables rules (ENOENT: no nftables `queue` expression, "
+    "module nft_queue, and no modules can be loaded here)"
+)
 
 
 def kernel_refuses_queue() -> str | None:
     """Why this kernel cannot run the enforcer, asked before it is built (minutes of Go on a cold cache): a rule
     with nftables' `queue` expression, loaded in a network namespace of its own; None when the kernel takes it."""
-    probe = subprocess.run(["unshare", "--net", "nft", "-f", "-"], input=QUEUE_PROBE, capture_output=True, text=True,
-                           timeout=30)
+    probe = subprocess.run(["unshare", "--net", "nft", "-f", "-"], input=QUEUE_PROBE, capture_output=True, text=True, timeout=30)
     if probe.returncode == 0:
         return None
     if "No such file or directory" in probe.stderr:

@@ -49,9 +49,11 @@ KUBE_NODE_BINARIES = ("kubelet", "kube-proxy")
 
 def node_users() -> tuple[User, ...]:
     """The identities the node's daemons use; pass them to start_control_plane."""
-    return (User("kubelet", f"system:node:{NODE_NAME}", ("system:nodes",)),
-            User("kube-proxy", "system:kube-proxy"),  # bound to system:node-proxier by the bootstrap policy
-            User("coredns", "kuberl:coredns"))
+    return (
+        User("kubelet", f"system:node:{NODE_NAME}", ("system:nodes",)),
+        User("kube-proxy", "system:kube-proxy"),  # bound to system:node-proxier by the bootstrap policy
+        User("coredns", "kuberl:coredns"),
+    )
 
 
 @dataclass
@@ -74,8 +76,12 @@ class Node:
     name: str = NODE_NAME
 
     def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([str(self.bin_dir / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io", *args],
-                                capture_output=True, text=True, timeout=900)
+        result = subprocess.run(
+            [str(self.bin_dir / "ctr"), "--address", str(self.containerd_socket), "-n", "k8s.io", *args],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if check and result.returncode != 0:
             raise ControlPlaneError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")
         return result
@@ -117,6 +123,7 @@ class Node:
     def remove_containers(self) -> None:
         """What the node ran (sandboxes and containers, their processes already killed), so that the
         kept image store holds images only."""
+
         def listed(kind: str) -> list[str]:
             return self.ctr(kind, "list", "-q", check=False).stdout.split()
 
@@ -143,9 +150,17 @@ class Node:
         self.network.destroy()
 
 
-def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: Path, network: NodeNetwork,
-               pause_image: str, images: dict[str, Path], image_store: Path | None = None,
-               timeout: float = 180.0) -> Node:
+def start_node(
+    plane: ControlPlane,
+    bin_dir: Path,
+    kube_bin_dir: Path,
+    workdir: Path,
+    network: NodeNetwork,
+    pause_image: str,
+    images: dict[str, Path],
+    image_store: Path | None = None,
+    timeout: float = 180.0,
+) -> Node:
     """Start containerd, import `images` (reference -> docker archive; `pause_image` is the pods'
     sandbox), then kubelet, kube-proxy and CoreDNS; wait until the node is Ready.
 
@@ -161,8 +176,16 @@ def start_node(plane: ControlPlane, bin_dir: Path, kube_bin_dir: Path, workdir: 
         raise ControlPlaneError(f"the real node needs: {', '.join(missing)} (scripts/node-deps.sh, node-binaries.sh, kube-binaries.sh)")
     workdir.mkdir(parents=True, exist_ok=True)
     socket = workdir / "containerd" / "containerd.sock"
-    node = Node(plane, workdir, bin_dir, kube_bin_dir, network, socket, image_store=image_store or workdir / "containerd" / "root",
-                registry_hosts=workdir / "containerd" / "certs.d")
+    node = Node(
+        plane,
+        workdir,
+        bin_dir,
+        kube_bin_dir,
+        network,
+        socket,
+        image_store=image_store or workdir / "containerd" / "root",
+        registry_hosts=workdir / "containerd" / "certs.d",
+    )
     deadline = time.monotonic() + timeout
     try:
         _start_containerd(node, pause_image)
@@ -194,23 +217,36 @@ def _start_containerd(node: Node, pause_image: str) -> None:
     root = node.workdir / "containerd"
     cni = node.workdir / "cni"
     (cni / "net.d").mkdir(parents=True, exist_ok=True)
-    (cni / "net.d" / "10-kuberl.conflist").write_text(json.dumps({
-        "cniVersion": "1.0.0",
-        "name": "kuberl",
-        "plugins": [{
-            "type": "bridge", "bridge": "kuberl0", "isGateway": True, "hairpinMode": True,
-            # Pod traffic to the API server leaves with the node's address, so the host can answer it.
-            # The default route ends in the node namespace, which has none: nothing gets further.
-            "ipMasq": True,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}],
-                     "dataDir": str(cni / "ipam")},
-        }],
-    }))
+    (cni / "net.d" / "10-kuberl.conflist").write_text(
+        json.dumps(
+            {
+                "cniVersion": "1.0.0",
+                "name": "kuberl",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "kuberl0",
+                        "isGateway": True,
+                        "hairpinMode": True,
+                        # Pod traffic to the API server leaves with the node's address, so the host can answer it.
+                        # The default route ends in the node namespace, which has none: nothing gets further.
+                        "ipMasq": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "ranges": [[{"subnet": POD_CIDR}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dataDir": str(cni / "ipam"),
+                        },
+                    }
+                ],
+            }
+        )
+    )
     config = root / "config.toml"
     root.mkdir(parents=True, exist_ok=True)
     config.write_text(f"""version = 3
 root = "{node.image_store}"
-state = "{root / 'state'}"
+state = "{root / "state"}"
 
 [grpc]
   address = "{node.containerd_socket}"
@@ -234,11 +270,11 @@ state = "{root / 'state'}"
       runtime_type = "io.containerd.runc.v2"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         SystemdCgroup = false
-        BinaryName = "{node.bin_dir / 'runc'}"
-        Root = "{root / 'runc'}"
+        BinaryName = "{node.bin_dir / "runc"}"
+        Root = "{root / "runc"}"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["{CNI_BIN_DIR}"]
-    conf_dir = "{cni / 'net.d'}"
+    conf_dir = "{cni / "net.d"}"
 """)
     _spawn(node, "containerd", ["--config", str(config), "--log-level", "info"])
 
@@ -281,12 +317,20 @@ def _start_kubelet(node: Node) -> None:
         "preloadedImagesVerificationAllowlist": ["localhost/*"],
     }
     (kubelet / "config.json").write_text(json.dumps(config, indent=2))
-    _spawn(node, "kubelet", [
-        f"--config={kubelet / 'config.json'}", f"--kubeconfig={node.plane.kubeconfigs['kubelet']}",
-        f"--root-dir={kubelet / 'root'}", f"--cert-dir={kubelet / 'pki'}",
-        f"--hostname-override={NODE_NAME}", f"--node-ip={NODE_IP}", f"--node-labels={NODE_LABEL}=true",
-        "--v=1",
-    ])
+    _spawn(
+        node,
+        "kubelet",
+        [
+            f"--config={kubelet / 'config.json'}",
+            f"--kubeconfig={node.plane.kubeconfigs['kubelet']}",
+            f"--root-dir={kubelet / 'root'}",
+            f"--cert-dir={kubelet / 'pki'}",
+            f"--hostname-override={NODE_NAME}",
+            f"--node-ip={NODE_IP}",
+            f"--node-labels={NODE_LABEL}=true",
+            "--v=1",
+        ],
+    )
 
 
 def _start_kube_proxy(node: Node) -> None:
@@ -311,12 +355,22 @@ def _start_kube_proxy(node: Node) -> None:
 
 def _start_coredns(node: Node) -> None:
     rbac = [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "kuberl:coredns"},
-         "rules": [{"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
-                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kuberl:coredns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl:coredns"},
-         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kuberl:coredns"}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "kuberl:coredns"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["services", "namespaces"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kuberl:coredns"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl:coredns"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kuberl:coredns"}],
+        },
     ]
     node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(doc) for doc in rbac))
     corefile = node.workdir / "Corefile"
@@ -325,7 +379,7 @@ def _start_coredns(node: Node) -> None:
     bind {NODE_IP}
     errors
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{
-        kubeconfig {node.plane.kubeconfigs['coredns']}
+        kubeconfig {node.plane.kubeconfigs["coredns"]}
         pods insecure
         fallthrough in-addr.arpa ip6.arpa
     }}

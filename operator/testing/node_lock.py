@@ -34,8 +34,9 @@ def one_node_per_machine(wait_s: float, path: Path = NODE_LOCK, poll_s: float = 
                 if time.monotonic() > deadline:
                     lock.seek(0)
                     holder = lock.read().strip() or "a process that did not say which"
-                    raise NodeBusy(f"another real-node session ({holder}) held {path} for {wait_s:.0f} s; "
-                                   "only one runs per machine") from None
+                    raise NodeBusy(
+                        f"another real-node session ({holder}) held {path} for {wait_s:.0f} s; only one runs per machine"
+                    ) from None
                 time.sleep(poll_s)
         lock.seek(0)
         lock.truncate()

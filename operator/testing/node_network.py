@@ -46,15 +46,18 @@ class NodeNetwork:
             ["ip", "link", "set", net.node_if, "netns", net.netns],
             ["ip", "addr", "add", f"{HOST_IP}/{VETH_PREFIX}", "dev", net.host_if],
             ["ip", "link", "set", net.host_if, "up"],
-            *[net.inside(cmd) for cmd in (
-                ["ip", "addr", "add", f"{NODE_IP}/{VETH_PREFIX}", "dev", net.node_if],
-                ["ip", "link", "set", net.node_if, "up"],
-                ["ip", "link", "set", "lo", "up"],
-                # Per namespace: routing between pods and the veth, and iptables on bridged traffic
-                # (kube-proxy's rules must see a pod's reply to another pod on the same bridge).
-                ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
-                ["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"],
-            )],
+            *[
+                net.inside(cmd)
+                for cmd in (
+                    ["ip", "addr", "add", f"{NODE_IP}/{VETH_PREFIX}", "dev", net.node_if],
+                    ["ip", "link", "set", net.node_if, "up"],
+                    ["ip", "link", "set", "lo", "up"],
+                    # Per namespace: routing between pods and the veth, and iptables on bridged traffic
+                    # (kube-proxy's rules must see a pod's reply to another pod on the same bridge).
+                    ["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+                    ["sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"],
+                )
+            ],
             # The host reaches pods (Prometheus scraping a trainer) through the node.
             ["ip", "route", "add", POD_CIDR, "via", NODE_IP, "dev", net.host_if],
         ]

@@ -28,11 +28,23 @@ class OperatorProcess:
     def start(self) -> None:
         kuberl = Path(sys.executable).parent / "kuberl"
         self.proc = subprocess.Popen(
-            [str(kuberl), "operator", "--kubeconfig", str(self.kubeconfig),
-             "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
-             # kwok runs no container: any name does, as the chart's trainerImage does on a real cluster.
-             "--default-image", TEST_TRAINER_IMAGE, *self.args],
-            stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(kuberl),
+                "operator",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--health-port",
+                str(self.health_port),
+                # kwok runs no container: any name does, as the chart's trainerImage does on a real cluster.
+                "--default-image",
+                TEST_TRAINER_IMAGE,
+                *self.args,
+            ],
+            stdout=open(self.log, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         eventually(self.healthy, 30, "the operator's health endpoint")
 

@@ -46,8 +46,10 @@ def cluster_report(plane: ControlPlane, namespace: str) -> str:
     try:
         for pod in json.loads(pods.stdout)["items"]:
             meta = pod["metadata"]
-            lines.append(f"{meta['namespace']}/{meta['name']} {pod['status'].get('phase')} "
-                         f"deleting={bool(meta.get('deletionTimestamp'))} {_waiting_reasons(pod)}")
+            lines.append(
+                f"{meta['namespace']}/{meta['name']} {pod['status'].get('phase')} "
+                f"deleting={bool(meta.get('deletionTimestamp'))} {_waiting_reasons(pod)}"
+            )
     except (ValueError, KeyError):
         lines.append(pods.stderr[-1000:])
     events = plane.kubectl("get", "events", "-n", namespace, "--sort-by=.lastTimestamp", check=False)

@@ -29,6 +29,8 @@ def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "con
             raise _NotFound from exc
 
     return _eventually(guarded, timeout, what, ignore=(_NotFound,))
+
+
 # --- helpers -----------------------------------------------------------------------------------
 
 
@@ -47,8 +49,13 @@ def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
         "algorithm": {"name": "grpo"},
         "rollout": {"samplesPerPrompt": 4},
         "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 2, "nodeSelector": {"kuberl.dev/pool": "cpu"},
-                            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]}},
+        "roles": {
+            "actor": {
+                "replicas": 2,
+                "nodeSelector": {"kuberl.dev/pool": "cpu"},
+                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+            }
+        },
         "trainer": {"totalSteps": 10, "promptsPerStep": 4},
         "runPolicy": {"backoffLimit": 3},
     }
@@ -59,9 +66,13 @@ def small_job(name: str, **spec_changes: Any) -> dict[str, Any]:
 
 def trainer_token(plane, namespace: str, job: str) -> str:
     """A token of the job's trainer ServiceAccount (`J-trainer`): what its controller rank writes progress with."""
-    granted = client.CoreV1Api(plane.api_client()).create_namespaced_service_account_token(
-        f"{job}-trainer", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    ).status
+    granted = (
+        client.CoreV1Api(plane.api_client())
+        .create_namespaced_service_account_token(
+            f"{job}-trainer", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+        )
+        .status
+    )
     assert granted is not None and granted.token is not None, "the API server answered a TokenRequest with no token"
     return granted.token
 
@@ -72,8 +83,9 @@ def create(plane, namespace: str, doc: dict[str, Any]) -> None:
 
 def get(plane, namespace: str, name: str) -> dict[str, Any]:
     # The client types a custom object as object: it is the JSON object the API sent.
-    return cast(dict[str, Any], client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name))
+    return cast(
+        dict[str, Any], client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    )
 
 
 def status(plane, namespace: str, name: str) -> dict[str, Any]:
@@ -98,8 +110,10 @@ def live_pods(plane, namespace: str, job: str) -> list[client.V1Pod]:
 
 def jobsets(plane, namespace: str) -> list[dict[str, Any]]:
     """The namespace's JobSets (each RLJob's pods are one)."""
-    return cast(dict[str, Any], client.CustomObjectsApi(plane.api_client()).list_namespaced_custom_object(
-        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets"))["items"]
+    return cast(
+        dict[str, Any],
+        client.CustomObjectsApi(plane.api_client()).list_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", namespace, "jobsets"),
+    )["items"]
 
 
 def fail_pod(plane, pod: client.V1Pod) -> None:
@@ -108,5 +122,3 @@ def fail_pod(plane, pod: client.V1Pod) -> None:
     client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
         meta.name, meta.namespace, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail"}}}
     )
-
-

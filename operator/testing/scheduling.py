@@ -96,15 +96,17 @@ class Schedulers:
                 return int(line.split()[1]) * 1024
         return 0
 
-    def pending_workloads(self, cluster_queue: str | None = None, namespace: str | None = None,
-                          local_queue: str | None = None) -> list[dict]:
+    def pending_workloads(
+        self, cluster_queue: str | None = None, namespace: str | None = None, local_queue: str | None = None
+    ) -> list[dict]:
         """Kueue's visibility API (visibility.kueue.x-k8s.io/v1beta2): the pending workloads of a
         ClusterQueue, or of a LocalQueue, in order, each with positionInClusterQueue/positionInLocalQueue."""
         if "kueue-visibility" not in self.ports:
             raise RuntimeError("Kueue was started without its visibility server (start_schedulers(visibility=True))")
         base = f"https://127.0.0.1:{self.ports['kueue-visibility']}/apis/visibility.kueue.x-k8s.io/v1beta2"
-        path = (f"/clusterqueues/{cluster_queue}" if cluster_queue
-                else f"/namespaces/{namespace}/localqueues/{local_queue}") + "/pendingworkloads"
+        path = (
+            f"/clusterqueues/{cluster_queue}" if cluster_queue else f"/namespaces/{namespace}/localqueues/{local_queue}"
+        ) + "/pendingworkloads"
         request = urllib.request.Request(base + path, headers={"Authorization": f"Bearer {self.plane.admin_token}"})
         context = ssl.create_default_context(cadata=self.ca_bundle.decode())  # it serves our certificate
         with urllib.request.urlopen(request, context=context, timeout=10) as response:
@@ -112,10 +114,12 @@ class Schedulers:
 
     def stop(self) -> None:
         """Unregister the webhooks first (the plane outlives us: its writes must not go to a dead URL), then stop."""
-        for kind, name in (("mutatingwebhookconfiguration", "kueue-mutating-webhook-configuration"),
-                           ("validatingwebhookconfiguration", "kueue-validating-webhook-configuration"),
-                           ("mutatingwebhookconfiguration", "jobset-mutating-webhook-configuration"),
-                           ("validatingwebhookconfiguration", "jobset-validating-webhook-configuration")):
+        for kind, name in (
+            ("mutatingwebhookconfiguration", "kueue-mutating-webhook-configuration"),
+            ("validatingwebhookconfiguration", "kueue-validating-webhook-configuration"),
+            ("mutatingwebhookconfiguration", "jobset-mutating-webhook-configuration"),
+            ("validatingwebhookconfiguration", "jobset-validating-webhook-configuration"),
+        ):
             self.plane.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false", check=False)
         for name in reversed(list(self.processes)):
             _terminate(self.processes[name])
@@ -160,7 +164,8 @@ def start_schedulers(
             (certs / sub / "tls.key").chmod(0o600)
 
         jobset_config = {
-            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "webhook": {"port": ports["jobset-webhook"], "host": "127.0.0.1", "certDir": str(certs / "jobset")},
@@ -169,14 +174,21 @@ def start_schedulers(
         }
         (workdir / "jobset-config.yaml").write_text(json.dumps(jobset_config, indent=2))
         started = time.monotonic()
-        sched.processes["jobset"] = _spawn_argv(workdir / "jobset.log", [
-            str(root / "bin" / "jobset-manager"), f"--kubeconfig={plane.kubeconfig}",
-            f"--config={workdir / 'jobset-config.yaml'}", "--metrics-bind-address=0",
-            f"--health-probe-bind-address=127.0.0.1:{ports['jobset-health']}", "--zap-log-level=info",
-        ])
+        sched.processes["jobset"] = _spawn_argv(
+            workdir / "jobset.log",
+            [
+                str(root / "bin" / "jobset-manager"),
+                f"--kubeconfig={plane.kubeconfig}",
+                f"--config={workdir / 'jobset-config.yaml'}",
+                "--metrics-bind-address=0",
+                f"--health-probe-bind-address=127.0.0.1:{ports['jobset-health']}",
+                "--zap-log-level=info",
+            ],
+        )
 
         config: dict[str, Any] = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
             "namespace": KUEUE_SYSTEM,
             "manageJobsWithoutQueueName": False,
             "leaderElection": {"leaderElect": False},
@@ -194,7 +206,8 @@ def start_schedulers(
         if visibility:
             kueue_args.append(f"--visibility-server-port={ports['kueue-visibility']}")
         sched.processes["kueue"] = _spawn_argv(
-            workdir / "kueue.log", _in_mount_namespace(certs / "layers", [str(root / "bin" / "kueue"), *kueue_args], new_root=visibility))
+            workdir / "kueue.log", _in_mount_namespace(certs / "layers", [str(root / "bin" / "kueue"), *kueue_args], new_root=visibility)
+        )
         kueue_started = time.monotonic()
 
         _wait(sched, "jobset", deadline, lambda: _http_ok(f"http://127.0.0.1:{ports['jobset-health']}/readyz"))
@@ -208,8 +221,14 @@ def start_schedulers(
         # JobSet adds them from a goroutine after start-up, and until then a JobSet write gets a 404
         # from "mjobset.kb.io". Wait until every registered path answers.
         for owner in ("jobset", "kueue"):
-            urls = sorted({hook["clientConfig"]["url"] for doc in hooks for hook in doc["webhooks"]
-                           if hook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{ports[f'{owner}-webhook']}/")})
+            urls = sorted(
+                {
+                    hook["clientConfig"]["url"]
+                    for doc in hooks
+                    for hook in doc["webhooks"]
+                    if hook["clientConfig"]["url"].startswith(f"https://127.0.0.1:{ports[f'{owner}-webhook']}/")
+                }
+            )
             _wait(sched, owner, deadline, functools.partial(_all_served, urls, ca_pem))
     except BaseException:
         sched.stop()
@@ -267,8 +286,7 @@ def _install_crds(plane: ControlPlane, root: Path, ca_pem: bytes, kueue_webhook_
         conversion[doc["metadata"]["name"]] = {
             "strategy": "Webhook",
             "webhook": {
-                "clientConfig": {"url": f"https://127.0.0.1:{kueue_webhook_port}/convert",
-                                 "caBundle": base64.b64encode(ca_pem).decode()},
+                "clientConfig": {"url": f"https://127.0.0.1:{kueue_webhook_port}/convert", "caBundle": base64.b64encode(ca_pem).decode()},
                 "conversionReviewVersions": doc["spec"]["conversion"]["webhook"].get("conversionReviewVersions", ["v1"]),
             },
         }
@@ -304,17 +322,42 @@ def wait_for_garbage_collector(plane: ControlPlane, timeout: float = 75.0) -> fl
     started = time.monotonic()
     name = f"kuberl-gc-probe-{os.urandom(3).hex()}"
     probe = {
-        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name, "namespace": KUEUE_SYSTEM},
-        "spec": {"suspend": True, "replicatedJobs": [{"name": "probe", "replicas": 1, "template": {"spec": {"template": {
-            "spec": {"restartPolicy": "Never", "containers": [{"name": "probe", "image": "registry.invalid/probe:none"}]}}}}}]},
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": KUEUE_SYSTEM},
+        "spec": {
+            "suspend": True,
+            "replicatedJobs": [
+                {
+                    "name": "probe",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [{"name": "probe", "image": "registry.invalid/probe:none"}],
+                                }
+                            }
+                        }
+                    },
+                }
+            ],
+        },
     }
     deadline = started + timeout
     while True:
         plane.kubectl("apply", "-f", "-", input=json.dumps(probe))
         uid = plane.kubectl("get", "jobset", name, "-n", KUEUE_SYSTEM, "-o", "jsonpath={.metadata.uid}").stdout
-        owned = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
-            "name": name, "namespace": KUEUE_SYSTEM,
-            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name, "uid": uid}]}}
+        owned = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": KUEUE_SYSTEM,
+                "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name, "uid": uid}],
+            },
+        }
         plane.kubectl("apply", "-f", "-", input=json.dumps(owned))
         plane.kubectl("delete", "jobset", name, "-n", KUEUE_SYSTEM, "--wait=true", "--timeout=30s")
         round_deadline = min(deadline, time.monotonic() + 10)

@@ -32,8 +32,8 @@ def _wandb_records(path: Path):
         if left < 7:  # a record header never spans two blocks: the rest of the block is padding
             pos += left
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == _FULL:
             yield chunk
         elif kind == _FIRST:

@@ -6,8 +6,9 @@ import time
 from typing import Any, Callable
 
 
-def eventually(check: Callable[[], Any], timeout: float = 60.0, what: str = "condition",
-               ignore: tuple[type[BaseException], ...] = ()) -> Any:
+def eventually(
+    check: Callable[[], Any], timeout: float = 60.0, what: str = "condition", ignore: tuple[type[BaseException], ...] = ()
+) -> Any:
     """Call `check` until it returns something truthy (returned), or fail after `timeout` seconds.
 
     Exceptions of the `ignore` types count as "not yet".

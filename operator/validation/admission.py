@@ -27,8 +27,17 @@ from .problems import Problem
 
 # --- the contract: defaults, and the chart values that widen them ------------------------------------
 
-DEFAULT_VOLUME_SOURCES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir", "ephemeral", "projected", "csi", "image",
-                          "downwardAPI")
+DEFAULT_VOLUME_SOURCES = (
+    "persistentVolumeClaim",
+    "configMap",
+    "secret",
+    "emptyDir",
+    "ephemeral",
+    "projected",
+    "csi",
+    "image",
+    "downwardAPI",
+)
 """Volume sources whose data comes from the namespace's own objects, the pod itself or the cluster's storage
 drivers, never from the node's filesystem or a server the pod's creator names (hostPath, gitRepo, nfs, iscsi,
 ...): the sources Pod Security's `restricted` profile allows."""
@@ -87,7 +96,9 @@ class AdmissionPolicy:
 
 
 def _source_of(volume: kube_types.Volume) -> str:
-    return next(info.alias or name for name, info in type(volume).model_fields.items() if name != "name" and getattr(volume, name) is not None)
+    return next(
+        info.alias or name for name, info in type(volume).model_fields.items() if name != "name" and getattr(volume, name) is not None
+    )
 
 
 def _tolerates_control_plane(t: Any) -> bool:
@@ -108,36 +119,66 @@ def admission_problems(job: RLJob, source: str, policy: AdmissionPolicy = Admiss
     for i, volume in enumerate(spec.volumes):
         kind = _source_of(volume)
         if kind not in sources:
-            problems.append(Problem(source, f"spec.volumes[{i}].{kind}", f"volume {volume.name}: {kind} is not an allowed volume source "
-                                    f"(allowed: {', '.join(sources)}): it would give the pods what a pod's creator may not reach "
-                                    f"through the job; use a persistentVolumeClaim, or ask the cluster admin to add {kind} to the "
-                                    f"chart value {VALUE_VOLUME_SOURCES}"))
+            problems.append(
+                Problem(
+                    source,
+                    f"spec.volumes[{i}].{kind}",
+                    f"volume {volume.name}: {kind} is not an allowed volume source "
+                    f"(allowed: {', '.join(sources)}): it would give the pods what a pod's creator may not reach "
+                    f"through the job; use a persistentVolumeClaim, or ask the cluster admin to add {kind} to the "
+                    f"chart value {VALUE_VOLUME_SOURCES}",
+                )
+            )
     for role, pods in spec.roles.present().items():
         if not isinstance(pods, PodGroupSpec):
             continue  # roles.rollout (RolloutRoleSpec) sets none of what is checked here
         where = f"spec.roles.{role}"
         if pods.runtime_class_name is not None and pods.runtime_class_name not in policy.allowed_runtime_classes:
             allowed = ", ".join(policy.allowed_runtime_classes) or "none"
-            problems.append(Problem(source, f"{where}.runtimeClassName", f"RuntimeClass {pods.runtime_class_name} is not allowed "
-                                    f"(allowed: {allowed}): leave it out, or ask the cluster admin to add it to the chart value "
-                                    f"{VALUE_RUNTIME_CLASSES}"))
+            problems.append(
+                Problem(
+                    source,
+                    f"{where}.runtimeClassName",
+                    f"RuntimeClass {pods.runtime_class_name} is not allowed "
+                    f"(allowed: {allowed}): leave it out, or ask the cluster admin to add it to the chart value "
+                    f"{VALUE_RUNTIME_CLASSES}",
+                )
+            )
         for key, value in (pods.annotations or {}).items():
             if unconfining(key, value):
-                problems.append(Problem(source, f"{where}.annotations[{key}]", "an unconfined AppArmor or seccomp profile is refused: "
-                                        "kuberl's pods always run under the runtime's default profiles; remove the annotation"))
+                problems.append(
+                    Problem(
+                        source,
+                        f"{where}.annotations[{key}]",
+                        "an unconfined AppArmor or seccomp profile is refused: "
+                        "kuberl's pods always run under the runtime's default profiles; remove the annotation",
+                    )
+                )
         for i, toleration in enumerate(pods.tolerations or []):
             if not policy.allow_control_plane_tolerations and _tolerates_control_plane(toleration):
                 what = f"the control-plane taint {toleration.key}" if toleration.key else "every taint (an empty key with operator Exists)"
-                problems.append(Problem(source, f"{where}.tolerations[{i}]", f"tolerates {what}, which puts the job's pods on the "
-                                        f"control plane's nodes: tolerate your GPU pool's own taints, or ask the cluster admin "
-                                        f"to set the chart value {VALUE_CONTROL_PLANE}"))
+                problems.append(
+                    Problem(
+                        source,
+                        f"{where}.tolerations[{i}]",
+                        f"tolerates {what}, which puts the job's pods on the "
+                        f"control plane's nodes: tolerate your GPU pool's own taints, or ask the cluster admin "
+                        f"to set the chart value {VALUE_CONTROL_PLANE}",
+                    )
+                )
     multi_turn = spec.rollout.multi_turn if spec.rollout is not None else None
     sandbox_class = multi_turn.sandbox.runtime_class_name if multi_turn is not None else None
     if sandbox_class is not None and sandbox_class not in policy.allowed_runtime_classes:  # the tool sandbox pods'
         allowed = ", ".join(policy.allowed_runtime_classes) or "none"
-        problems.append(Problem(source, "spec.rollout.multiTurn.sandbox.runtimeClassName", f"RuntimeClass {sandbox_class} is "
-                                f"not allowed (allowed: {allowed}): leave it out, or ask the cluster admin to add it to the "
-                                f"chart value {VALUE_RUNTIME_CLASSES}"))
+        problems.append(
+            Problem(
+                source,
+                "spec.rollout.multiTurn.sandbox.runtimeClassName",
+                f"RuntimeClass {sandbox_class} is "
+                f"not allowed (allowed: {allowed}): leave it out, or ask the cluster admin to add it to the "
+                f"chart value {VALUE_RUNTIME_CLASSES}",
+            )
+        )
     problems += _sandbox_egress_problems(multi_turn.sandbox if multi_turn is not None else None, source, policy)
     return problems
 
@@ -151,12 +192,24 @@ def _sandbox_egress_problems(sandbox: ToolSandboxSpec | None, source: str, polic
     allowed = ", ".join(policy.allowed_sandbox_egress) or "none"
     for i, destination in enumerate(sandbox.egress):
         if destination.cidr not in policy.allowed_sandbox_egress:
-            problems.append(Problem(source, f"spec.rollout.multiTurn.sandbox.egress[{i}].cidr", f"{destination.cidr} is not a network "
-                                    f"the sandbox pods may reach (allowed: {allowed}): name one of those as written, leave "
-                                    f"egress out, or ask the cluster admin to add it to the chart value {VALUE_SANDBOX_EGRESS}"))
+            problems.append(
+                Problem(
+                    source,
+                    f"spec.rollout.multiTurn.sandbox.egress[{i}].cidr",
+                    f"{destination.cidr} is not a network "
+                    f"the sandbox pods may reach (allowed: {allowed}): name one of those as written, leave "
+                    f"egress out, or ask the cluster admin to add it to the chart value {VALUE_SANDBOX_EGRESS}",
+                )
+            )
     if sandbox.dns and not policy.allow_sandbox_dns:
-        problems.append(Problem(source, "spec.rollout.multiTurn.sandbox.dns", "the sandbox pods may not ask the cluster's DNS here: "
-                                f"set dns: false, or ask the cluster admin to set the chart value {VALUE_SANDBOX_DNS}"))
+        problems.append(
+            Problem(
+                source,
+                "spec.rollout.multiTurn.sandbox.dns",
+                "the sandbox pods may not ask the cluster's DNS here: "
+                f"set dns: false, or ask the cluster admin to set the chart value {VALUE_SANDBOX_DNS}",
+            )
+        )
     return problems
 
 
@@ -191,10 +244,10 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, Any, str]]:
 
 # The types and fields that name a Secret of the namespace; what the pods (or the kubelet for them) then read.
 _SECRET_NAME_FIELDS: dict[type, str] = {
-    SecretKeyRef: "name",                      # model/tokenizer/reward.model tokenSecretRef, tracking credentials
-    kube_types.SecretKeySelector: "name",      # env valueFrom.secretKeyRef
-    kube_types.SecretEnvSource: "name",        # envFrom secretRef
-    kube_types.SecretProjection: "name",       # projected volume sources
+    SecretKeyRef: "name",  # model/tokenizer/reward.model tokenSecretRef, tracking credentials
+    kube_types.SecretKeySelector: "name",  # env valueFrom.secretKeyRef
+    kube_types.SecretEnvSource: "name",  # envFrom secretRef
+    kube_types.SecretProjection: "name",  # projected volume sources
     kube_types.SecretVolumeSource: "secret_name",
     kube_types.AzureFileVolumeSource: "secret_name",
 }
@@ -219,8 +272,10 @@ def cluster_checks(spec: RLJobSpec) -> list[str]:
     """What the chart's admission policy will also ask the API server about this job (nothing offline can)."""
     checks = []
     if spec.service_account_name is not None:
-        checks.append(f"that you may create pods in the namespace (spec.serviceAccountName: {spec.service_account_name} runs the "
-                      "pods with that ServiceAccount's rights)")
+        checks.append(
+            f"that you may create pods in the namespace (spec.serviceAccountName: {spec.service_account_name} runs the "
+            "pods with that ServiceAccount's rights)"
+        )
     names = sorted({r.name for r in secret_references(spec)})
     if names:
         checks.append(f"that you may get Secret {', '.join(names)} (the pods read {'it' if len(names) == 1 else 'them'})")

@@ -80,20 +80,20 @@ def _mount_of(spec: RLJobSpec, role: str, path: str, writes: bool) -> bool:
     if under(path, spec.trainer.checkpoint.path):
         return True  # kuberl's checkpoint volume: a claim, or an emptyDir, always writable
     role_spec = getattr(spec.roles, _own_pods(spec, role))
-    return any(
-        under(path, m.mount_path) and not (writes and m.read_only)
-        for m in getattr(role_spec, "volume_mounts", None) or []
-    )
+    return any(under(path, m.mount_path) and not (writes and m.read_only) for m in getattr(role_spec, "volume_mounts", None) or [])
 
 
 def _fix(spec: RLJobSpec, role: str, path: str) -> str:
     example = "/data" if not path.startswith("/") else "/" + path.strip("/").split("/")[0]
-    return (f"mount the volume that holds it: add it to spec.volumes (e.g. a persistentVolumeClaim) and to "
-            f"spec.roles.{role}.volumeMounts (e.g. mountPath: {example})")
+    return (
+        f"mount the volume that holds it: add it to spec.volumes (e.g. a persistentVolumeClaim) and to "
+        f"spec.roles.{role}.volumeMounts (e.g. mountPath: {example})"
+    )
 
 
-def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
-                     policy: AdmissionPolicy | None = AdmissionPolicy()) -> list[Problem]:
+def cluster_problems(
+    job: RLJob, source: str, default_image: str | None = "", policy: AdmissionPolicy | None = AdmissionPolicy()
+) -> list[Problem]:
     """What keeps `job` from running on a cluster although its manifest is valid. `default_image`: the
     operator's trainer image ("" when unknown, as in `kuberl validate`; None: the operator has none);
     `policy`: what the chart allows beyond the admission defaults (None: leave the allow-lists to the
@@ -101,40 +101,70 @@ def cluster_problems(job: RLJob, source: str, default_image: str | None = "",
     spec = job.spec
     problems: list[Problem] = admission_problems(job, source, policy) if policy is not None else []
     if spec.image is None and default_image is None:
-        problems.append(Problem(source, "spec.image", "no trainer image: set spec.image, or install the operator with "
-                                "the chart's trainerImage (where you pushed the image `make images` builds)"))
+        problems.append(
+            Problem(
+                source,
+                "spec.image",
+                "no trainer image: set spec.image, or install the operator with "
+                "the chart's trainerImage (where you pushed the image `make images` builds)",
+            )
+        )
     for p in engine_paths(spec):
         if not p.path.startswith("/"):
-            problems.append(Problem(source, p.field, f"{p.path!r} is not an absolute path: in a pod the engine opens paths inside "
-                                    "the container; mount a volume and give the path in it, e.g. /data/... "
-                                    "(a manifest for `kuberl run` on one machine: kuberl validate --local)"))
+            problems.append(
+                Problem(
+                    source,
+                    p.field,
+                    f"{p.path!r} is not an absolute path: in a pod the engine opens paths inside "
+                    "the container; mount a volume and give the path in it, e.g. /data/... "
+                    "(a manifest for `kuberl run` on one machine: kuberl validate --local)",
+                )
+            )
             continue
         for role in p.roles:
             if not _mount_of(spec, role, p.path, p.writes):
                 what = "write" if p.writes else "read"
-                where = "writable volumeMount of roles.{role}, nor under trainer.checkpoint.path" if p.writes else "volumeMount of roles.{role}"
-                problems.append(Problem(source, p.field, f"{p.path} is under no {where.format(role=role)}, and those pods {what} it: "
-                                        + _fix(spec, role, p.path)))
+                where = (
+                    "writable volumeMount of roles.{role}, nor under trainer.checkpoint.path" if p.writes else "volumeMount of roles.{role}"
+                )
+                problems.append(
+                    Problem(
+                        source,
+                        p.field,
+                        f"{p.path} is under no {where.format(role=role)}, and those pods {what} it: " + _fix(spec, role, p.path),
+                    )
+                )
                 break
     fields = spec.hub_fields()
     if fields and spec.cache is None:
-        problems.append(Problem(source, "spec.cache", f"{', '.join(fields)} names a hub repository: on a cluster it is downloaded "
-                                "once, by an initializer, into a cache volume that every pod reads; set spec.cache "
-                                "(claimName: an existing PersistentVolumeClaim, or size: one the operator creates)"))
+        problems.append(
+            Problem(
+                source,
+                "spec.cache",
+                f"{', '.join(fields)} names a hub repository: on a cluster it is downloaded "
+                "once, by an initializer, into a cache volume that every pod reads; set spec.cache "
+                "(claimName: an existing PersistentVolumeClaim, or size: one the operator creates)",
+            )
+        )
     checkpoint = spec.trainer.checkpoint
     if checkpoint.claim_name is None:
         for role in dict.fromkeys(_own_pods(spec, r) for r in spec.roles.pods()):  # the rollout pods' are the actor's
             mount = checkpoint_mount(spec, role)
             if mount is not None and mount.read_only:
-                problems.append(Problem(source, "spec.trainer.checkpoint.path", f"{checkpoint.path} lies under the read-only "
-                                        f"volumeMount {mount.mount_path} of roles.{role}: checkpoints are written there; "
-                                        "make the mount writable or set trainer.checkpoint.claimName"))
+                problems.append(
+                    Problem(
+                        source,
+                        "spec.trainer.checkpoint.path",
+                        f"{checkpoint.path} lies under the read-only "
+                        f"volumeMount {mount.mount_path} of roles.{role}: checkpoints are written there; "
+                        "make the mount writable or set trainer.checkpoint.claimName",
+                    )
+                )
     return problems
 
 
 def checkpoint_mount(spec: RLJobSpec, role: str):
     """The user's volumeMount of `role` that holds trainer.checkpoint.path, if any (the deepest)."""
     path = spec.trainer.checkpoint.path
-    mounts = [m for m in getattr(getattr(spec.roles, _own_pods(spec, role)), "volume_mounts", None) or []
-              if under(path, m.mount_path)]
+    mounts = [m for m in getattr(getattr(spec.roles, _own_pods(spec, role)), "volume_mounts", None) or [] if under(path, m.mount_path)]
     return max(mounts, key=lambda m: len(m.mount_path), default=None)

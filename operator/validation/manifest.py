@@ -26,8 +26,19 @@ from ..api import API_VERSION, GROUP, KIND, RLJob
 from .problems import ManifestError, NoRLJob, Problem, format_path
 from .yaml_reader import Document, json_problems, read_documents, read_manifest_stream, read_manifest_text, shape_problems
 
-__all__ = ["Document", "ManifestError", "Problem", "format_path", "load_rljob_documents", "load_rljobs", "manifest_files", "parse_rljob",
-           "read_documents", "read_manifest", "rljobs_from_text"]
+__all__ = [
+    "Document",
+    "ManifestError",
+    "Problem",
+    "format_path",
+    "load_rljob_documents",
+    "load_rljobs",
+    "manifest_files",
+    "parse_rljob",
+    "read_documents",
+    "read_manifest",
+    "rljobs_from_text",
+]
 
 
 # --- RLJob ----------------------------------------------------------------------------------
@@ -52,7 +63,11 @@ def parse_rljob(doc: Any, source: str) -> RLJob:
     if not isinstance(doc, dict):
         raise ManifestError([Problem(source, "", f"expected a mapping (an RLJob object), got {_kind_of(doc)}")])
     identity = [
-        Problem(source, key, "required: every Kubernetes object names its apiVersion and kind" if key not in doc else f"must be {want!r}, got {doc[key]!r}")
+        Problem(
+            source,
+            key,
+            "required: every Kubernetes object names its apiVersion and kind" if key not in doc else f"must be {want!r}, got {doc[key]!r}",
+        )
         for key, want in (("apiVersion", API_VERSION), ("kind", KIND))
         if doc.get(key) != want
     ]
@@ -91,8 +106,16 @@ def read_manifest(path: Path | BinaryIO, source: str | None = None) -> str:
     try:
         return read_manifest_text(path) if isinstance(path, (str, os.PathLike)) else read_manifest_stream(path, source)
     except IsADirectoryError:
-        raise ManifestError([Problem(source, "", "is a directory: name its files, or pass the directory to `kuberl validate`, "
-                                     "which reads its .yaml, .yml and .json files")]) from None
+        raise ManifestError(
+            [
+                Problem(
+                    source,
+                    "",
+                    "is a directory: name its files, or pass the directory to `kuberl validate`, "
+                    "which reads its .yaml, .yml and .json files",
+                )
+            ]
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ManifestError([Problem(source, "", f"cannot read: {exc}")]) from None
 
@@ -158,7 +181,7 @@ def _message(error: ErrorDetails, loc: tuple[Any, ...]) -> str:
     if kind == "string_pattern_mismatch" and error.get("ctx", {}).get("pattern") in PATTERN_MEANINGS:
         return f"must be {PATTERN_MEANINGS[error['ctx']['pattern']]} (got {json.dumps(error['input'])})"
     if message.startswith("Value error, "):
-        message = message[len("Value error, "):]
+        message = message[len("Value error, ") :]
     if kind.endswith("_type") or kind in ("literal_error", "enum"):
         message += f" (got {_describe(error['input'])})"
     return message
@@ -172,7 +195,12 @@ def _describe(value: Any) -> str:
 
 def _kind_of(value: Any) -> str:
     return {
-        bool: "boolean", int: "integer", float: "number", str: "string", list: "list", dict: "mapping",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
         type(None): "null",
     }.get(type(value), type(value).__name__)
 

@@ -102,7 +102,9 @@ class _Loader(yaml.SafeLoader):
             target = self.anchors.get(event.anchor)
             if target is not None:
                 if id(target) not in self._sizes:
-                    raise _LimitError(None, None, f"alias *{event.anchor} refers to a node that contains it: JSON cannot hold a cycle", event.start_mark)
+                    raise _LimitError(
+                        None, None, f"alias *{event.anchor} refers to a node that contains it: JSON cannot hold a cycle", event.start_mark
+                    )
                 self._count(*self._sizes[id(target)], event)
             return super().compose_node(parent, index)
         collection = isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent))
@@ -128,8 +130,9 @@ class _Loader(yaml.SafeLoader):
         if self._file_nodes > MAX_FILE_NODES:
             raise _LimitError(None, None, f"the file expands to more than {MAX_FILE_NODES} values ({aliases})", event.start_mark)
         if self._file_bytes > MAX_EXPANDED_BYTES:
-            raise _LimitError(None, None, f"the file expands to more than {MAX_EXPANDED_BYTES // 2**20} MiB of text ({aliases})",
-                              event.start_mark)
+            raise _LimitError(
+                None, None, f"the file expands to more than {MAX_EXPANDED_BYTES // 2**20} MiB of text ({aliases})", event.start_mark
+            )
 
     # --- constructing ---
 
@@ -143,7 +146,10 @@ class _Loader(yaml.SafeLoader):
                 duplicate = key in seen
             except TypeError:
                 raise yaml.constructor.ConstructorError(
-                    "while reading a mapping", node.start_mark, "found a key that is a list or mapping: JSON keys are strings", key_node.start_mark
+                    "while reading a mapping",
+                    node.start_mark,
+                    "found a key that is a list or mapping: JSON keys are strings",
+                    key_node.start_mark,
                 ) from None
             if duplicate:
                 raise yaml.constructor.ConstructorError(
@@ -178,8 +184,15 @@ def read_manifest_text(path: str | os.PathLike[str]) -> str:
         if stat.S_ISDIR(mode):
             raise IsADirectoryError(f"{path} is a directory")
         if not stat.S_ISREG(mode):
-            raise ManifestError([Problem(str(path), "", "not a regular file (a device, FIFO or socket): "
-                                         "name a manifest file, or redirect the stream into one")])
+            raise ManifestError(
+                [
+                    Problem(
+                        str(path),
+                        "",
+                        "not a regular file (a device, FIFO or socket): name a manifest file, or redirect the stream into one",
+                    )
+                ]
+            )
         with os.fdopen(fd, "rb", closefd=False) as f:
             return read_manifest_stream(f, str(path))
     finally:
@@ -211,7 +224,13 @@ def read_documents(text: str, source: str) -> list[Document]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        kind = "refused" if isinstance(exc, _LimitError) else "YAML syntax error" if isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)) else "YAML error"
+        kind = (
+            "refused"
+            if isinstance(exc, _LimitError)
+            else "YAML syntax error"
+            if isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError))
+            else "YAML error"
+        )
         raise ManifestError([Problem(where, "", f"{kind}: {exc.problem or exc}")]) from None
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
@@ -264,7 +283,8 @@ def json_problems(value: Any, source: str, loc: tuple[Any, ...] = ()) -> list[Pr
     if isinstance(value, dict):
         bad_keys = [
             Problem(source, format_path((*loc, str(key))), f"a {type(key).__name__} key is not JSON: keys are strings")
-            for key in value if not isinstance(key, (str, int, float, bool, type(None)))
+            for key in value
+            if not isinstance(key, (str, int, float, bool, type(None)))
         ]
         return bad_keys + [p for key, item in value.items() for p in json_problems(item, source, (*loc, key))]
     if isinstance(value, list):
@@ -276,4 +296,8 @@ def json_problems(value: Any, source: str, loc: tuple[Any, ...] = ()) -> list[Pr
         return [Problem(source, path, "integer does not fit in 64 bits, the API server's integers")]
     if value is None or isinstance(value, (str, int, float, bool)):
         return []
-    return [Problem(source, path, f"a {type(value).__name__} value (from a YAML tag) is not JSON: write a string, number, boolean, list or mapping")]
+    return [
+        Problem(
+            source, path, f"a {type(value).__name__} value (from a YAML tag) is not JSON: write a string, number, boolean, list or mapping"
+        )
+    ]

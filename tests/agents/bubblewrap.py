@@ -5,5 +5,6 @@ import shutil
 
 import pytest
 
-requires_bubblewrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                         reason="bubblewrap is not installed: apt-get install bubblewrap (make test does)")
+requires_bubblewrap = pytest.mark.skipif(
+    shutil.which("bwrap") is None, reason="bubblewrap is not installed: apt-get install bubblewrap (make test does)"
+)

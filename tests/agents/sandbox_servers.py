@@ -38,14 +38,26 @@ class Server:
                 self.proc.wait()
 
 
-def start_server(scratch: Path, backend: str = "auto", cwd: Path | None = None, env: dict[str, str] | None = None,
-                 command: list[str] | None = None, preexec: Callable[[], object] | None = None) -> Server:
+def start_server(
+    scratch: Path,
+    backend: str = "auto",
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    preexec: Callable[[], object] | None = None,
+) -> Server:
     """A server on a free loopback port, once it says it serves; `command` replaces the `kuberl` that
     starts it (a wrapper that ends with it), `preexec` runs in the child before it starts."""
     scratch.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.Popen([*(command or [KUBERL]), "sandbox-serve", "--port", "0", "--host", "127.0.0.1", "--scratch", str(scratch),
-                             "--backend", backend], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=cwd,
-                            env=env if env is not None else dict(os.environ), text=True, preexec_fn=preexec)
+    proc = subprocess.Popen(
+        [*(command or [KUBERL]), "sandbox-serve", "--port", "0", "--host", "127.0.0.1", "--scratch", str(scratch), "--backend", backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env if env is not None else dict(os.environ),
+        text=True,
+        preexec_fn=preexec,
+    )
     deadline = time.monotonic() + 120
     assert proc.stdout is not None
     while time.monotonic() < deadline:
@@ -83,7 +95,7 @@ def descendants(pid: int) -> list[int]:
                 raw = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
                 continue
-            children.setdefault(int(raw[raw.rindex(")") + 2:].split()[1]), []).append(int(entry))
+            children.setdefault(int(raw[raw.rindex(")") + 2 :].split()[1]), []).append(int(entry))
     found, todo = [], list(children.get(pid, []))
     while todo:
         p = todo.pop()

@@ -49,8 +49,14 @@ def loop(tokenizer, reply, spec: MultiTurnSpec) -> tuple[MultiTurnRollout, Scrip
     schemas = [t.schema() for t in tools.values()]
     encoder = PromptEncoder(tokenizer, DataSpec(train={"generator": {"name": "arithmetic"}}, system_prompt=SYSTEM), tools=schemas)
     scripted = ScriptedRollout(tokenizer, reply)
-    rollout = MultiTurnRollout(Generator(scripted, 0, 1, 1), ChatRenderer(tokenizer, schemas),
-                               EnvironmentSetup(spec, tools, parser_entry(spec.parser)), encoder, 512, (tokenizer.eos_token_id,))
+    rollout = MultiTurnRollout(
+        Generator(scripted, 0, 1, 1),
+        ChatRenderer(tokenizer, schemas),
+        EnvironmentSetup(spec, tools, parser_entry(spec.parser)),
+        encoder,
+        512,
+        (tokenizer.eos_token_id,),
+    )
     return rollout, scripted
 
 
@@ -86,8 +92,10 @@ def test_two_tool_calls_render_mask_and_score_exactly(tool_tokenizer) -> None:
     turns = [m["content"] for m in t.messages if m["role"] == "assistant"]
     assert [tok.decode(t.token_ids[a:b]) for a, b in runs(mask)] == [c + "<|im_end|>" for c in turns]
     masked_out = tok.decode([x for x, m in zip(t.token_ids, mask) if not m])
-    assert masked_out == ("\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
-                          "\n<|im_start|>user\n<tool_response>\n49\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
+    assert masked_out == (
+        "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+        "\n<|im_start|>user\n<tool_response>\n49\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     assert t.logprobs == [-0.25 if m else 0.0 for m in mask]
     assert t.policy_tokens == sum(mask) and t.response == "The sum is 49"
     # Each turn after the first generated from the whole conversation so far.
@@ -96,7 +104,7 @@ def test_two_tool_calls_render_mask_and_score_exactly(tool_tokenizer) -> None:
 
     # Packed as one sequence: the loss mask is the trajectory's, the prompt unmasked.
     batch = pack(prompts, [t.token_ids], tok.pad_token_id)
-    assert batch.mask[0, :len(mask)].tolist() == [float(m) for m in mask]
+    assert batch.mask[0, : len(mask)].tolist() == [float(m) for m in mask]
     assert int(batch.response_lens[0]) == len(t.token_ids)
 
     # Scored on the last turn, with the conversation for a function that takes it.
@@ -140,8 +148,11 @@ def test_limits_end_a_trajectory(tool_tokenizer) -> None:
 
 def test_unreadable_and_excess_calls_are_answered_with_errors(tool_tokenizer) -> None:
     tok = tool_tokenizer
-    many = "".join(CALL.format(f"{i} * 2") for i in range(3)) + "<tool_call>{not json</tool_call>" + \
-        '<tool_call>{"name": "search", "arguments": {}}</tool_call>'
+    many = (
+        "".join(CALL.format(f"{i} * 2") for i in range(3))
+        + "<tool_call>{not json</tool_call>"
+        + '<tool_call>{"name": "search", "arguments": {}}</tool_call>'
+    )
     reply = lambda prompt, s: "done" if "<tool_response>" in prompt else many  # noqa: E731
     rollout, _ = loop(tok, reply, MultiTurnSpec(tools=[ToolSpec(name="calculator")], max_tool_calls_per_turn=3))
     _, [t] = rollout.generate([Example("go", "0")], Sampling(max_new_tokens=200), seed=0)

@@ -23,8 +23,10 @@ def example_calc():
     return module.calc
 
 
-@pytest.mark.parametrize("expression", ["12 + 30 + 7", "3 + 5 + 5", "1/3 + 1/6", "0.1 + 0.2", "2**10", "-7/8", "10 // 4 % 3",
-                                        "(2 - 5) * 3", "2^3", "1,000 + 1", "1/3"])
+@pytest.mark.parametrize(
+    "expression",
+    ["12 + 30 + 7", "3 + 5 + 5", "1/3 + 1/6", "0.1 + 0.2", "2**10", "-7/8", "10 // 4 % 3", "(2 - 5) * 3", "2^3", "1,000 + 1", "1/3"],
+)
 def test_the_examples_calculator_answers_as_the_builtin(expression: str) -> None:
     assert example_calc()(expression) == format_number(evaluate(expression))
 

@@ -14,8 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kuberl.engine.agents.http_network import (ALLOWED_NETWORKS_ENV, NetworkPolicy, NetworkSettingError, address_refusal,
-                                               parse_allowed_networks, policy_from_environment)
+from kuberl.engine.agents.http_network import (
+    ALLOWED_NETWORKS_ENV,
+    NetworkPolicy,
+    NetworkSettingError,
+    address_refusal,
+    parse_allowed_networks,
+    policy_from_environment,
+)
 from kuberl.engine.agents.http_tool import MAX_REDIRECTS, HttpTool
 from kuberl.engine.config.multi_turn import ToolSpec
 
@@ -23,28 +29,31 @@ LOOPBACK = NetworkPolicy(allowed=parse_allowed_networks("127.0.0.0/8"))
 ip = ipaddress.ip_address
 
 
-@pytest.mark.parametrize(("address", "allowed", "cluster_api", "refusal"), [
-    ("127.0.0.1", "", "", "a loopback address"),
-    ("127.8.9.10", "", "", "a loopback address"),
-    ("::1", "", "", "a loopback address"),
-    ("::ffff:127.0.0.1", "", "", "a loopback address"),  # IPv4-mapped IPv6 reaches 127.0.0.1
-    ("169.254.169.254", "", "", "a cloud metadata address"),
-    ("fd00:ec2::254", "", "", "a cloud metadata address"),
-    ("100.100.100.200", "", "", "a cloud metadata address"),
-    ("169.254.10.1", "", "", "a link-local address"),
-    ("fe80::1", "", "", "a link-local address"),
-    ("0.0.0.0", "", "", "an unspecified address"),
-    ("::", "", "", "an unspecified address"),
-    ("10.96.0.1", "", "10.96.0.1", "the cluster's API server"),
-    ("10.96.0.2", "", "10.96.0.1", None),                  # a Service beside it
-    ("10.244.1.7", "", "", None),                          # a pod
-    ("93.184.216.34", "", "", None),                       # the internet (egress is the NetworkPolicy's job)
-    ("2001:db8::1", "", "", None),
-    ("127.0.0.1", "127.0.0.0/8", "", None),                # the allow-list re-allows
-    ("169.254.169.254", "169.254.169.254/32", "", None),
-    ("10.96.0.1", "10.96.0.0/12", "10.96.0.1", None),
-    ("127.0.0.1", "10.0.0.0/8, ::1/128", "", "a loopback address"),  # allow-listing ::1 is not 127.0.0.1
-])
+@pytest.mark.parametrize(
+    ("address", "allowed", "cluster_api", "refusal"),
+    [
+        ("127.0.0.1", "", "", "a loopback address"),
+        ("127.8.9.10", "", "", "a loopback address"),
+        ("::1", "", "", "a loopback address"),
+        ("::ffff:127.0.0.1", "", "", "a loopback address"),  # IPv4-mapped IPv6 reaches 127.0.0.1
+        ("169.254.169.254", "", "", "a cloud metadata address"),
+        ("fd00:ec2::254", "", "", "a cloud metadata address"),
+        ("100.100.100.200", "", "", "a cloud metadata address"),
+        ("169.254.10.1", "", "", "a link-local address"),
+        ("fe80::1", "", "", "a link-local address"),
+        ("0.0.0.0", "", "", "an unspecified address"),
+        ("::", "", "", "an unspecified address"),
+        ("10.96.0.1", "", "10.96.0.1", "the cluster's API server"),
+        ("10.96.0.2", "", "10.96.0.1", None),  # a Service beside it
+        ("10.244.1.7", "", "", None),  # a pod
+        ("93.184.216.34", "", "", None),  # the internet (egress is the NetworkPolicy's job)
+        ("2001:db8::1", "", "", None),
+        ("127.0.0.1", "127.0.0.0/8", "", None),  # the allow-list re-allows
+        ("169.254.169.254", "169.254.169.254/32", "", None),
+        ("10.96.0.1", "10.96.0.0/12", "10.96.0.1", None),
+        ("127.0.0.1", "10.0.0.0/8, ::1/128", "", "a loopback address"),  # allow-listing ::1 is not 127.0.0.1
+    ],
+)
 def test_which_addresses_a_tool_may_reach(address: str, allowed: str, cluster_api: str, refusal: str | None) -> None:
     assert address_refusal(ip(address), parse_allowed_networks(allowed), {ip(cluster_api)} if cluster_api else ()) == refusal
 
@@ -136,8 +145,15 @@ def test_a_hostname_that_resolves_to_loopback_is_refused(servers) -> None:
     assert server.hits == []
 
 
-@pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/", "http://[fd00:ec2::254]/latest/",
-                                 "http://100.100.100.200/latest/meta-data/", "http://[::ffff:169.254.169.254]/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fd00:ec2::254]/latest/",
+        "http://100.100.100.200/latest/meta-data/",
+        "http://[::ffff:169.254.169.254]/",
+    ],
+)
 def test_a_metadata_address_is_refused(url: str) -> None:
     started = time.monotonic()
     result = _tool(url, NetworkPolicy()).call({})
@@ -154,8 +170,13 @@ def test_a_redirect_to_another_origin_is_refused(servers) -> None:
 
 
 def test_same_origin_redirects_are_followed_and_bounded(servers) -> None:
-    server = servers({"/old": (308, {"Location": "/new"}, b""), "/see": (303, {"Location": "http://127.0.0.1:{port}/done"}, b""),
-                      "/loop": (302, {"Location": "/loop"}, b"")})
+    server = servers(
+        {
+            "/old": (308, {"Location": "/new"}, b""),
+            "/see": (303, {"Location": "http://127.0.0.1:{port}/done"}, b""),
+            "/loop": (302, {"Location": "/loop"}, b""),
+        }
+    )
     assert json.loads(_tool(f"http://127.0.0.1:{server.port}/old", LOOPBACK).call({}).text) == {"path": "/new"}
     assert json.loads(_tool(f"http://127.0.0.1:{server.port}/see", LOOPBACK).call({}).text) == {"path": "/done"}
     assert server.hits == [("POST", "/old"), ("POST", "/new"), ("POST", "/see"), ("GET", "/done")]

@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kuberl.engine.agents import (ENVIRONMENTS, PARSERS, Environment, Observation, describes_tools, parse_hermes,
-                                  register_environment, register_parser)
+from kuberl.engine.agents import (
+    ENVIRONMENTS,
+    PARSERS,
+    Environment,
+    Observation,
+    describes_tools,
+    parse_hermes,
+    register_environment,
+    register_parser,
+)
 from kuberl.engine.config.multi_turn import MultiTurnSpec, ToolSpec
 from kuberl.engine.config.rollout import RolloutSpec
 from kuberl.engine.rewards.rewarder import SourceScores
@@ -21,8 +29,13 @@ def test_tool_kinds_and_rules() -> None:
     assert ToolSpec(name="calculator").kind == "builtin"
     assert ToolSpec(name="lookup", path="/t/lookup.py").kind == "function"
     assert ToolSpec(name="search", url="http://search:8080/").kind == "http"
-    for bad in ({"name": "python", "url": "http://x:1/"}, {"name": "lookup"}, {"name": "lookup", "path": "/t/x.py", "url": "http://x:1/"},
-                {"name": "lookup", "url": "http://x:1/", "function": "f"}, {"name": "lookup", "path": "/t/x.txt"}):
+    for bad in (
+        {"name": "python", "url": "http://x:1/"},
+        {"name": "lookup"},
+        {"name": "lookup", "path": "/t/x.py", "url": "http://x:1/"},
+        {"name": "lookup", "url": "http://x:1/", "function": "f"},
+        {"name": "lookup", "path": "/t/x.txt"},
+    ):
         with pytest.raises(ValidationError):
             ToolSpec(**bad)
 
@@ -35,8 +48,10 @@ def test_multi_turn_rules_and_budget() -> None:
     MultiTurnSpec(environment="guess_number")  # another environment may need no tools
     with pytest.raises(ValidationError, match="at least maxNewTokens"):
         RolloutSpec(max_new_tokens=64, multi_turn=MultiTurnSpec(tools=[ToolSpec(name="calculator")], max_total_tokens=32))
-    spec = RolloutSpec(max_new_tokens=64, multi_turn=MultiTurnSpec(tools=[ToolSpec(name="calculator")], max_total_tokens=300,
-                                                                    environment_options={"fewShot": []}))
+    spec = RolloutSpec(
+        max_new_tokens=64,
+        multi_turn=MultiTurnSpec(tools=[ToolSpec(name="calculator")], max_total_tokens=300, environment_options={"fewShot": []}),
+    )
     assert spec.max_response_tokens == 300 and RolloutSpec(max_new_tokens=64).max_response_tokens == 64
     assert spec.multi_turn.environment_kwargs == {"few_shot": []}
 
@@ -63,6 +78,7 @@ def test_a_parser_and_an_environment_are_one_registration_each() -> None:
         class Echo(Environment):
             def step(self, text):
                 return Observation([{"role": "user", "content": text}], done=False)
+
         return Echo()
 
     try:
@@ -75,8 +91,10 @@ def test_a_parser_and_an_environment_are_one_registration_each() -> None:
 
 
 def test_hermes_parsing() -> None:
-    parsed = parse_hermes('I will add. <tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>'
-                          '<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call><tool_call>{"name": "g"')
+    parsed = parse_hermes(
+        'I will add. <tool_call>\n{"name": "calculator", "arguments": {"expression": "1+2"}}\n</tool_call>'
+        '<tool_call>{"name": "f", "arguments": "{\\"a\\": 1}"}</tool_call><tool_call>{"name": "g"'
+    )
     assert [(c.name, c.arguments) for c in parsed.calls] == [("calculator", {"expression": "1+2"}), ("f", {"a": 1})]
     assert len(parsed.errors) == 1 and "could not read" in parsed.errors[0]  # the unclosed last one is malformed JSON
     assert not parse_hermes("The answer is 3.").wants_tools
@@ -95,8 +113,16 @@ def test_tokenizer_templates(smollm2_tokenizer) -> None:
 def test_rewards_read_last_turns_and_environment_rewards() -> None:
     from kuberl.engine.rollout.vllm_backend import Completion
 
-    t = Trajectory(0, MaskedTokens([1, 2, 3], [1, 0, 1]), [-1.0, 0.0, -1.0], True, messages=[{"role": "user", "content": "q"}],
-                   response="42", env_reward=0.5, turns=2)
+    t = Trajectory(
+        0,
+        MaskedTokens([1, 2, 3], [1, 0, 1]),
+        [-1.0, 0.0, -1.0],
+        True,
+        messages=[{"role": "user", "content": "q"}],
+        response="42",
+        env_reward=0.5,
+        turns=2,
+    )
     plain = Completion(0, [4], [-1.0], True)
     assert reward_inputs([plain], ["text"]) == (["text"], None)
     assert reward_inputs([t, plain], ["whole", "text"]) == (["42", "text"], [t.messages, []])

@@ -86,6 +86,7 @@ class Listeners:
 @dataclass
 class Arena:
     """What the corpus attacks, as the test sees it from outside."""
+
     root: Path
     secret: str
     victim: subprocess.Popen
@@ -132,12 +133,19 @@ class Arena:
         key = f"{case.name}-{config}"
         sockets = self.listen(key) if "network" in case.checks else self.listeners["unused"]
         values = {
-            "@MARKER@": repr(str(self.marker(case, config))), "@ARENA@": repr(str(self.root)),
-            "@TRAINER@": repr(str(self.trainer)), "@TOKEN@": repr(str(self.token)), "@TRAINER_PID@": str(os.getpid()),
-            "@VICTIM@": str(self.victim.pid), "@PORT@": str(sockets.tcp.getsockname()[1]),
-            "@UDP@": str(sockets.udp.getsockname()[1]), "@UNIX@": repr(sockets.unix.getsockname()),
-            "@ABSTRACT@": repr(sockets.abstract.getsockname()), "@HOST_IP@": repr(self.host_ip),
-            "@TAG@": self.tag(case, config), "@CHILD@": repr(str(CHILD)),
+            "@MARKER@": repr(str(self.marker(case, config))),
+            "@ARENA@": repr(str(self.root)),
+            "@TRAINER@": repr(str(self.trainer)),
+            "@TOKEN@": repr(str(self.token)),
+            "@TRAINER_PID@": str(os.getpid()),
+            "@VICTIM@": str(self.victim.pid),
+            "@PORT@": str(sockets.tcp.getsockname()[1]),
+            "@UDP@": str(sockets.udp.getsockname()[1]),
+            "@UNIX@": repr(sockets.unix.getsockname()),
+            "@ABSTRACT@": repr(sockets.abstract.getsockname()),
+            "@HOST_IP@": repr(self.host_ip),
+            "@TAG@": self.tag(case, config),
+            "@CHILD@": repr(str(CHILD)),
         }
         return re.sub("|".join(map(re.escape, values)), lambda m: values[m.group(0)], case.code)
 
@@ -223,8 +231,15 @@ def arena():
     (root / "token").chmod(0o644)
     token_fd = os.open(root / "token", os.O_RDONLY)  # the trainer holds its token open, as a client would
     victim = subprocess.Popen(["sleep", "600"], start_new_session=True, env={**os.environ, "KUBERL_ESCAPE_SECRET": secret})
-    a = Arena(root, secret, victim, token_fd, hostname=socket.gethostname(), host_ip=_host_ip(),
-              runtime={str(CHILD): _sha(str(CHILD)), os.__file__: _sha(os.__file__)})
+    a = Arena(
+        root,
+        secret,
+        victim,
+        token_fd,
+        hostname=socket.gethostname(),
+        host_ip=_host_ip(),
+        runtime={str(CHILD): _sha(str(CHILD)), os.__file__: _sha(os.__file__)},
+    )
     a.listen("unused")  # the sockets of the cases that attack no socket
     handled = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGTERM)
     saved = {s: signal.signal(s, lambda number, frame: a.signals.append(number)) for s in handled}
@@ -249,9 +264,11 @@ def arena():
             p.unlink()
 
 
-def run_corpus(arena: Arena, backend: SandboxBackend, config: str, hook: bool,
-               cases: tuple[Case, ...]) -> dict[str, tuple[Outcome, list[str]]]:
+def run_corpus(
+    arena: Arena, backend: SandboxBackend, config: str, hook: bool, cases: tuple[Case, ...]
+) -> dict[str, tuple[Outcome, list[str]]]:
     """Each case's outcome and what escaped, by case name."""
+
     def one(case: Case) -> tuple[Outcome, list[str]]:
         outcome = backend.run({"mode": "python", "code": arena.snippet(case, config), "audit_hook": hook}, LIMITS)
         if "trainer" in case.checks:
@@ -266,8 +283,12 @@ def run_corpus(arena: Arena, backend: SandboxBackend, config: str, hook: bool,
             results[case.name] = one(case)
     for case in cases:  # now that nothing runs: the trainer's file, and every marker once more
         outcome, found = results[case.name]
-        late = [e for check in case.checks for e in escapes(check, arena, case, config, outcome)
-                if check in ("trainer", "marker", "cwd", "shm", "tempfile", "victim", "signals")]
+        late = [
+            e
+            for check in case.checks
+            for e in escapes(check, arena, case, config, outcome)
+            if check in ("trainer", "marker", "cwd", "shm", "tempfile", "victim", "signals")
+        ]
         results[case.name] = (outcome, found + [e for e in late if e not in found])
     return results
 
@@ -316,8 +337,10 @@ def test_a_calls_scratch_folder_is_its_own(arena: Arena) -> None:
     backend = BubblewrapBackend()
     word = secrets.token_hex(8)
     writer = f"import time; open('/tmp/mine', 'w').write({word!r}); time.sleep(2.5)"
-    reader = ("import glob, os, time\ntime.sleep(0.8)\nfor p in ['/tmp/mine'] + glob.glob('/proc/*/root/tmp/mine') + "
-              "glob.glob('/proc/*/cwd/mine'):\n    try: print(open(p).read())\n    except OSError: pass\nprint(sorted(os.listdir('/tmp')))")
+    reader = (
+        "import glob, os, time\ntime.sleep(0.8)\nfor p in ['/tmp/mine'] + glob.glob('/proc/*/root/tmp/mine') + "
+        "glob.glob('/proc/*/cwd/mine'):\n    try: print(open(p).read())\n    except OSError: pass\nprint(sorted(os.listdir('/tmp')))"
+    )
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(backend.run, {"mode": "python", "code": writer, "audit_hook": False}, LIMITS)
         second = pool.submit(backend.run, {"mode": "python", "code": reader, "audit_hook": False}, LIMITS)

@@ -13,8 +13,7 @@ import pytest
 from kuberl.engine.agents import build_tools
 from kuberl.engine.agents import isolation
 from kuberl.engine.agents.sandbox import Limits
-from kuberl.engine.agents.sandbox_bwrap import (CHILD_INSIDE, ETC_FILES, TOP_LEVEL, BubblewrapBackend, bwrap_argv, pids_cgroup,
-                                                 runtime_paths)
+from kuberl.engine.agents.sandbox_bwrap import CHILD_INSIDE, ETC_FILES, TOP_LEVEL, BubblewrapBackend, bwrap_argv, pids_cgroup, runtime_paths
 from kuberl.engine.agents.sandbox_seccomp import compile_filter, rules
 from kuberl.engine.agents.tools import ToolError
 from kuberl.engine.config.multi_turn import MultiTurnSpec, ToolSpec
@@ -86,8 +85,7 @@ def test_the_field_is_part_of_the_spec() -> None:
 
 def test_the_bwrap_command_shows_only_the_runtime() -> None:
     argv = bwrap_argv("bwrap", seccomp_fd=9, passwd_fd=7, group_fd=8, limits=Limits(timeout=1.0, scratch_mb=16))
-    for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--clearenv",
-                 "--remount-ro"):
+    for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--clearenv", "--remount-ro"):
         assert flag in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL" and argv[argv.index("--seccomp") + 1] == "9"
     assert "--share-net" not in argv and "--bind" not in argv and "--dev-bind" not in argv  # nothing writable of the host
@@ -134,9 +132,11 @@ def test_no_pids_cgroup_where_none_can_be_made(tmp_path: Path) -> None:
 def test_the_kernel_refuses_network_and_namespaces_with_the_hook_off() -> None:
     """The seccomp filter at work: an Internet socket and a new user namespace are refused even
     before the network namespace would have mattered; a Unix socket pair works."""
-    code = ("import ctypes, socket\ntry: socket.socket(); print('inet ok')\nexcept OSError as e: print('inet', e.errno)\n"
-            "a, b = socket.socketpair(); a.send(b'x'); print('unix', b.recv(1))\n"
-            "print('unshare', ctypes.CDLL(None, use_errno=True).unshare(0x10000000), ctypes.get_errno())")
+    code = (
+        "import ctypes, socket\ntry: socket.socket(); print('inet ok')\nexcept OSError as e: print('inet', e.errno)\n"
+        "a, b = socket.socketpair(); a.send(b'x'); print('unix', b.recv(1))\n"
+        "print('unshare', ctypes.CDLL(None, use_errno=True).unshare(0x10000000), ctypes.get_errno())"
+    )
     out = BubblewrapBackend().run({"mode": "python", "code": code, "audit_hook": False}, Limits(timeout=10.0)).output.decode()
     assert "inet 1\n" in out and "unix b'x'" in out and "unshare -1 1" in out, out
 

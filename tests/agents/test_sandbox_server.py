@@ -106,11 +106,13 @@ def test_a_function_tool_runs_through_the_sandbox_pod(server: Server, tmp_path: 
 
 def test_a_daemon_left_behind_does_not_outlive_its_call(server: Server, pod: PodBackend) -> None:
     tag = "kuberl-daemon-" + secrets.token_hex(4)
-    code = ("import os, subprocess, sys\n"
-            f"subprocess.Popen(['/bin/sh', '-c', 'sleep 300 # {tag}-setsid'], start_new_session=True)\n"
-            "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        os.execv('/bin/sh', ['sh', '-c', 'sleep 300 # {tag}-double-fork'])\n    os._exit(0)\n"
-            "import time; time.sleep(0.5); print('left them running')")
+    code = (
+        "import os, subprocess, sys\n"
+        f"subprocess.Popen(['/bin/sh', '-c', 'sleep 300 # {tag}-setsid'], start_new_session=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv('/bin/sh', ['sh', '-c', 'sleep 300 # {tag}-double-fork'])\n    os._exit(0)\n"
+        "import time; time.sleep(0.5); print('left them running')"
+    )
     outcome = pod.run({"mode": "python", "code": code, "audit_hook": False}, LIMITS)
     assert outcome.output == b"left them running\n", outcome
     survivors = [p for p in descendants(server.proc.pid)]
@@ -127,36 +129,47 @@ def _cmdline(pid: str) -> bytes:
 
 def test_a_call_cannot_read_what_the_last_one_left(server: Server, pod: PodBackend) -> None:
     word = secrets.token_hex(8)
-    first = (f"import os\nopen('mine', 'w').write({word!r})\n"
-             f"up = os.path.dirname(os.getcwd()); open(os.path.join(up, 'planted'), 'w').write({word!r})\n"
-             "os.makedirs('locked/deeper'); open('locked/deeper/f', 'w').write(" + repr(word) + ")\n"
-             "os.chmod('locked/deeper', 0); os.chmod('locked', 0)\nprint(os.getcwd())")
+    first = (
+        f"import os\nopen('mine', 'w').write({word!r})\n"
+        f"up = os.path.dirname(os.getcwd()); open(os.path.join(up, 'planted'), 'w').write({word!r})\n"
+        "os.makedirs('locked/deeper'); open('locked/deeper/f', 'w').write(" + repr(word) + ")\n"
+        "os.chmod('locked/deeper', 0); os.chmod('locked', 0)\nprint(os.getcwd())"
+    )
     wrote = pod.run({"mode": "python", "code": first, "audit_hook": False}, LIMITS)
     assert wrote.reply.get("ok"), wrote
     where = wrote.output.decode().strip()
-    second = (f"import os\nfor root, dirs, files in os.walk({str(server.scratch)!r}):\n"
-              "    for f in files:\n        print(open(os.path.join(root, f)).read())\n"
-              f"print(sorted(os.listdir({str(server.scratch)!r})))\n"
-              f"print(os.path.exists({where!r}))")
+    second = (
+        f"import os\nfor root, dirs, files in os.walk({str(server.scratch)!r}):\n"
+        "    for f in files:\n        print(open(os.path.join(root, f)).read())\n"
+        f"print(sorted(os.listdir({str(server.scratch)!r})))\n"
+        f"print(os.path.exists({where!r}))"
+    )
     read = pod.run({"mode": "python", "code": second, "audit_hook": False}, LIMITS).output.decode()
     assert word not in read and read.strip().endswith("False"), read
     assert word not in "".join(p.read_text(errors="replace") for p in server.scratch.rglob("*") if p.is_file())
 
 
 def test_the_server_is_undumpable_and_reaps_orphans() -> None:
-    code = ("import ctypes; from kuberl.engine.agents.sandbox_sweep import guard_server; guard_server()\n"
-            "libc = ctypes.CDLL(None); v = ctypes.c_int(-1)\n"
-            "print(libc.prctl(3, 0, 0, 0, 0), libc.prctl(37, ctypes.byref(v), 0, 0, 0), v.value)")  # GET_DUMPABLE, GET_CHILD_SUBREAPER
+    code = (
+        "import ctypes; from kuberl.engine.agents.sandbox_sweep import guard_server; guard_server()\n"
+        "libc = ctypes.CDLL(None); v = ctypes.c_int(-1)\n"
+        "print(libc.prctl(3, 0, 0, 0, 0), libc.prctl(37, ctypes.byref(v), 0, 0, 0), v.value)"
+    )  # GET_DUMPABLE, GET_CHILD_SUBREAPER
     said = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert said == ["0", "0", "1"], said
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="as root the call's process holds CAP_SYS_PTRACE, which reads any process's "
-                    "environment; in a sandbox pod the server and its calls run as uid 10001 without capabilities")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="as root the call's process holds CAP_SYS_PTRACE, which reads any process's "
+    "environment; in a sandbox pod the server and its calls run as uid 10001 without capabilities",
+)
 def test_a_call_cannot_read_the_servers_environment(server: Server, pod: PodBackend) -> None:
     """The server is undumpable: a call of its own user cannot read its /proc environ or memory."""
-    code = (f"import os\nfor what in ('environ', 'mem'):\n    try: print(open('/proc/{server.proc.pid}/' + what, 'rb').read(65536))\n"
-            "    except OSError as e: print('refused', what, e.errno)")
+    code = (
+        f"import os\nfor what in ('environ', 'mem'):\n    try: print(open('/proc/{server.proc.pid}/' + what, 'rb').read(65536))\n"
+        "    except OSError as e: print('refused', what, e.errno)"
+    )
     said = pod.run({"mode": "python", "code": code, "audit_hook": False}, LIMITS).output.decode()
     assert SECRET not in said and said.count("refused") == 2, said
 
@@ -191,8 +204,9 @@ def test_one_call_at_a_time_the_next_waits_for_a_free_pod(server: Server, pod: P
     with ThreadPoolExecutor(max_workers=2) as pool:
         slow = pool.submit(pod.run, {"mode": "python", "code": "import time; time.sleep(1.5); print('slow')"}, LIMITS)
         time.sleep(0.5)
-        status, said = _post(server.port, json.dumps({"request": {"mode": "python", "code": "print(2)"},
-                                                      "limits": {"timeout": 5}}).encode())
+        status, said = _post(
+            server.port, json.dumps({"request": {"mode": "python", "code": "print(2)"}, "limits": {"timeout": 5}}).encode()
+        )
         assert status == 503 and "busy" in said["error"]
         queued = pool.submit(pod.run, {"mode": "python", "code": "print('after')"}, LIMITS)
         assert slow.result().output == b"slow\n" and queued.result().output == b"after\n"
@@ -212,6 +226,7 @@ def test_an_unreachable_sandbox_is_a_clear_error() -> None:
 
 def test_a_reply_larger_than_the_call_allows_is_not_read() -> None:
     """A sandbox pod that answers with more than the call's output could hold is refused, unread."""
+
     class Flood(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802
             self.rfile.read(int(self.headers["Content-Length"]))

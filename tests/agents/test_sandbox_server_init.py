@@ -23,11 +23,15 @@ from kuberl.engine.agents.sandbox_pod import PodBackend
 from .sandbox_servers import KUBERL, Server, descendants, start_server
 
 PIDS_MAX = 1000
-BOMB = ("import os, sys\nbomb = 'import os\\nwhile True:\\n    try: os.fork()\\n    except OSError: pass'\n"
-        "os.execv(sys.executable, [sys.executable, '-c', bomb])")
+BOMB = (
+    "import os, sys\nbomb = 'import os\\nwhile True:\\n    try: os.fork()\\n    except OSError: pass'\n"
+    "os.execv(sys.executable, [sys.executable, '-c', bomb])"
+)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                reason="a PID namespace and a pids cgroup of its own need root and util-linux's unshare")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="a PID namespace and a pids cgroup of its own need root and util-linux's unshare",
+)
 
 
 def _pids(cgroup: str) -> int:
@@ -44,9 +48,13 @@ def init_server(tmp_path: Path):
     try:
         # unshare forks the server as PID 1 of a new namespace, with its own /proc: what a container gets.
         # --kill-child: the server (and with it the namespace) ends when the fixture stops unshare.
-        server = start_server(tmp_path / "scratch", backend="process", cwd=tmp_path,
-                              command=["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", KUBERL],
-                              preexec=lambda: procs.write_text(str(os.getpid())))
+        server = start_server(
+            tmp_path / "scratch",
+            backend="process",
+            cwd=tmp_path,
+            command=["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", KUBERL],
+            preexec=lambda: procs.write_text(str(os.getpid())),
+        )
         yield server, cgroup
     finally:
         if server is not None:
@@ -57,7 +65,10 @@ def init_server(tmp_path: Path):
 def test_a_fork_bomb_ends_with_its_call_and_the_next_call_is_served(init_server) -> None:
     server, cgroup = init_server
     pod = PodBackend(server.url, queue_seconds=30.0, ready_seconds=30.0)
-    assert pod.run({"mode": "python", "code": "import os; print(os.getpid() > 1)", "audit_hook": False}, Limits(timeout=10.0)).output == b"True\n"
+    assert (
+        pod.run({"mode": "python", "code": "import os; print(os.getpid() > 1)", "audit_hook": False}, Limits(timeout=10.0)).output
+        == b"True\n"
+    )
     idle = _pids(cgroup)  # unshare and the server, and the server's threads
     started = time.monotonic()
     bomb = pod.run({"mode": "python", "code": BOMB, "audit_hook": False}, Limits(timeout=3.0))
@@ -86,8 +97,12 @@ def test_stopping_the_fixtures_unshare_ends_the_server(tmp_path: Path) -> None:
     if cgroup is None:
         pytest.skip("this machine has no pids cgroup controller that root can make a group in")
     try:
-        server = start_server(tmp_path / "scratch", backend="process", cwd=tmp_path,
-                              command=["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", KUBERL])
+        server = start_server(
+            tmp_path / "scratch",
+            backend="process",
+            cwd=tmp_path,
+            command=["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", KUBERL],
+        )
         [inner] = descendants(server.proc.pid)
         server.stop()
         deadline = time.monotonic() + 10

@@ -51,8 +51,14 @@ def test_each_tool_call_is_timed_and_the_step_reports_mean_and_p90(tool_tokenize
     tools: dict[str, Tool] = {"sleep": Sleeper("sleep")}
     schemas = [t.schema() for t in tools.values()]
     encoder = PromptEncoder(tok, DataSpec(train={"generator": {"name": "arithmetic"}}), tools=schemas)
-    rollout = MultiTurnRollout(Generator(ScriptedRollout(tok, reply), 0, 1, 1), ChatRenderer(tok, schemas),
-                               EnvironmentSetup(spec, tools, parser_entry(spec.parser)), encoder, 512, (tok.eos_token_id,))
+    rollout = MultiTurnRollout(
+        Generator(ScriptedRollout(tok, reply), 0, 1, 1),
+        ChatRenderer(tok, schemas),
+        EnvironmentSetup(spec, tools, parser_entry(spec.parser)),
+        encoder,
+        512,
+        (tok.eos_token_id,),
+    )
     _, [t] = rollout.generate([Example("What is 1 + 1?", "2")], Sampling(max_new_tokens=200), seed=0)
 
     assert (t.turns, t.tool_calls, t.tool_errors) == (3, 4, 1)

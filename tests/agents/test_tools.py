@@ -124,19 +124,41 @@ def test_the_registries_match_the_api() -> None:
     assert set(TOOL_KINDS) == {"builtin", "function", "http"} and "hermes" in PARSERS
 
 
-@pytest.mark.parametrize(("expression", "value"), [
-    ("12 + 30 + 7", "49"), ("0.1 + 0.2", "0.3"), ("1/3 + 1/6", "0.5"), ("1/3", "1/3"), ("2**100", str(2**100)),
-    ("-(3 - 10) * 2", "14"), ("7 // 2", "3"), ("7 % 3", "1"), ("2^-2", "0.25"), ("1,000 + 1", "1001"), ("3 × 4 ÷ 6", "2"),
-])
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("12 + 30 + 7", "49"),
+        ("0.1 + 0.2", "0.3"),
+        ("1/3 + 1/6", "0.5"),
+        ("1/3", "1/3"),
+        ("2**100", str(2**100)),
+        ("-(3 - 10) * 2", "14"),
+        ("7 // 2", "3"),
+        ("7 % 3", "1"),
+        ("2^-2", "0.25"),
+        ("1,000 + 1", "1001"),
+        ("3 × 4 ÷ 6", "2"),
+    ],
+)
 def test_calculator_is_exact(expression: str, value: str) -> None:
     assert format_number(evaluate(expression)) == value
 
 
-@pytest.mark.parametrize(("expression", "error"), [
-    ("__import__('os').system('true')", "not Call"), ("x + 1", "not Name"), ("(1).real", "not Attribute"),
-    ("9**9**9", "exponents are limited"), ("2**1000 * 2**1000 * 2**1000 * 2**1000 * 2**1000", "too large"), ("1/0", "division by zero"),
-    ("1 +", "cannot parse"), ("2 ** 0.5", "whole-number exponents"), ("[1]", "not List"), ("1" * 600, "longer than"),
-])
+@pytest.mark.parametrize(
+    ("expression", "error"),
+    [
+        ("__import__('os').system('true')", "not Call"),
+        ("x + 1", "not Name"),
+        ("(1).real", "not Attribute"),
+        ("9**9**9", "exponents are limited"),
+        ("2**1000 * 2**1000 * 2**1000 * 2**1000 * 2**1000", "too large"),
+        ("1/0", "division by zero"),
+        ("1 +", "cannot parse"),
+        ("2 ** 0.5", "whole-number exponents"),
+        ("[1]", "not List"),
+        ("1" * 600, "longer than"),
+    ],
+)
 def test_calculator_refuses_everything_but_arithmetic(expression: str, error: str) -> None:
     [calculator] = build_tools([ToolSpec(name="calculator")]).values()
     result = calculator.call({"expression": expression})
@@ -144,12 +166,19 @@ def test_calculator_refuses_everything_but_arithmetic(expression: str, error: st
 
 
 def test_a_function_tool_runs_in_the_sandbox(tool_file: Path, tmp_path: Path) -> None:
-    tools = build_tools([ToolSpec(name="add", path=str(tool_file)), ToolSpec(name="environment", path=str(tool_file)),
-                         ToolSpec(name="write_inside", path=str(tool_file))])
+    tools = build_tools(
+        [
+            ToolSpec(name="add", path=str(tool_file)),
+            ToolSpec(name="environment", path=str(tool_file)),
+            ToolSpec(name="write_inside", path=str(tool_file)),
+        ]
+    )
     # The schema comes from the signature and the docstring, read in the sandbox.
     assert tools["add"].schema()["function"] == {
-        "name": "add", "description": "Adds two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}
+        "name": "add",
+        "description": "Adds two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
+    }
     assert tools["add"].call({"a": 2, "b": 40}).text == "42"
     assert tools["add"].call({"a": 2}).error  # a missing argument is an error message, not an exception
     os.environ["KUBERL_TEST_SECRET"] = "s3cret"
@@ -162,19 +191,21 @@ def test_a_function_tool_runs_in_the_sandbox(tool_file: Path, tmp_path: Path) ->
     assert text == "x/tmp"  # a scratch folder of its own (a private tmpfs, gone after the call)
 
 
-@pytest.mark.parametrize(("name", "message"), [
-    ("hang", "did not finish within its 2 s"),
-    ("sleep", "did not finish within its 2 s"),
-    ("crash", "killed by SIGABRT"),
-    ("huge", "returned 10485760 bytes, more than its limit of 16384"),
-    ("chatty", "printed more than its limit"),
-    ("number", "returned int, not text"),
-    ("connect", "refuses socket"),
-    ("write_outside", "No such file or directory"),  # the trainer's folders are not in the sandbox
-    ("memory", "MemoryError"),
-])
-def test_a_misbehaving_function_is_an_error_message_within_its_timeout(tool_file: Path, tmp_path: Path, name: str,
-                                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("hang", "did not finish within its 2 s"),
+        ("sleep", "did not finish within its 2 s"),
+        ("crash", "killed by SIGABRT"),
+        ("huge", "returned 10485760 bytes, more than its limit of 16384"),
+        ("chatty", "printed more than its limit"),
+        ("number", "returned int, not text"),
+        ("connect", "refuses socket"),
+        ("write_outside", "No such file or directory"),  # the trainer's folders are not in the sandbox
+        ("memory", "MemoryError"),
+    ],
+)
+def test_a_misbehaving_function_is_an_error_message_within_its_timeout(tool_file: Path, tmp_path: Path, name: str, message: str) -> None:
     target = tmp_path / "outside.txt"
     [tool] = build_tools([ToolSpec(name=name, path=str(tool_file), timeout_seconds=2)]).values()
     started = time.monotonic()
@@ -200,8 +231,17 @@ def test_the_python_tool(tmp_path: Path) -> None:
 
 def test_http_tools(server: str, loopback_allowed: None) -> None:
     spec = lambda path, **kw: ToolSpec(name=path.strip("/") or "root", url=server + path, timeout_seconds=2, **kw)  # noqa: E731
-    tools = build_tools([spec("/add"), spec("/string"), spec("/slow"), spec("/text"), spec("/big"), spec("/fail"),
-                         ToolSpec(name="refused", url=f"http://127.0.0.1:{closed_port()}/", timeout_seconds=2)])
+    tools = build_tools(
+        [
+            spec("/add"),
+            spec("/string"),
+            spec("/slow"),
+            spec("/text"),
+            spec("/big"),
+            spec("/fail"),
+            ToolSpec(name="refused", url=f"http://127.0.0.1:{closed_port()}/", timeout_seconds=2),
+        ]
+    )
     assert json.loads(tools["add"].call({"a": 1, "b": 2}).text) == {"sum": 3}
     assert tools["string"].call({}).text == "forty-two"
     started = time.monotonic()
@@ -214,8 +254,9 @@ def test_http_tools(server: str, loopback_allowed: None) -> None:
     assert refused.error and "cannot reach" in refused.text and "refused" in refused.text.lower()
 
 
-def test_a_turn_of_failing_tools_ends_in_error_messages_and_the_rollout_goes_on(tool_tokenizer_for_tools, tool_file: Path,
-                                                                                 loopback_allowed: None) -> None:
+def test_a_turn_of_failing_tools_ends_in_error_messages_and_the_rollout_goes_on(
+    tool_tokenizer_for_tools, tool_file: Path, loopback_allowed: None
+) -> None:
     """A hanging tool, a crashing one, one that returns 10 MB and an HTTP tool that refuses
     connections, all called in one turn: each answer is an error message, the four run at once
     (the turn takes about one timeout), and the policy's next turn is generated."""
@@ -227,9 +268,12 @@ def test_a_turn_of_failing_tools_ends_in_error_messages_and_the_rollout_goes_on(
     tok = tool_tokenizer_for_tools
     # Only `hang` is about the timeout: the others get room to fail their own way on a loaded machine (the
     # 10 MB string alone took over 3 s there), and the turn still ends with its slowest call.
-    specs = [ToolSpec(name="hang", path=str(tool_file), timeout_seconds=3), ToolSpec(name="crash", path=str(tool_file), timeout_seconds=6),
-             ToolSpec(name="huge", path=str(tool_file), timeout_seconds=6),
-             ToolSpec(name="service", url=f"http://127.0.0.1:{closed_port()}/", timeout_seconds=3)]
+    specs = [
+        ToolSpec(name="hang", path=str(tool_file), timeout_seconds=3),
+        ToolSpec(name="crash", path=str(tool_file), timeout_seconds=6),
+        ToolSpec(name="huge", path=str(tool_file), timeout_seconds=6),
+        ToolSpec(name="service", url=f"http://127.0.0.1:{closed_port()}/", timeout_seconds=3),
+    ]
     calls = "".join(f'<tool_call>{{"name": "{s.name}", "arguments": {{}}}}</tool_call>' for s in specs)
     reply = lambda prompt, s: "I could not compute it." if "<tool_response>" in prompt else calls  # noqa: E731
     rollout, _ = loop(tok, reply, MultiTurnSpec(tools=specs, max_tool_calls_per_turn=4))

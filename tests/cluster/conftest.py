@@ -43,22 +43,41 @@ def operator(control_plane, rljob_crd, tmp_path_factory, operator_args):
     admin = control_plane.api_client()
     core, rbac = client.CoreV1Api(admin), client.RbacAuthorizationV1Api(admin)
     _ensure(lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="kuberl-system"))))
-    _ensure(lambda: core.create_namespaced_service_account(
-        "kuberl-system", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="kuberl-operator"))))
-    _ensure(lambda: rbac.create_cluster_role({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                                              "metadata": {"name": "kuberl-operator"}, "rules": cluster_wide_rules()}))
-    _ensure(lambda: rbac.create_cluster_role_binding({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "kuberl-operator"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl-operator"},
-        "subjects": [{"kind": "ServiceAccount", "name": "kuberl-operator", "namespace": "kuberl-system"}],
-    }))
+    _ensure(
+        lambda: core.create_namespaced_service_account(
+            "kuberl-system", client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="kuberl-operator"))
+        )
+    )
+    _ensure(
+        lambda: rbac.create_cluster_role(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "kuberl-operator"},
+                "rules": cluster_wide_rules(),
+            }
+        )
+    )
+    _ensure(
+        lambda: rbac.create_cluster_role_binding(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "kuberl-operator"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kuberl-operator"},
+                "subjects": [{"kind": "ServiceAccount", "name": "kuberl-operator", "namespace": "kuberl-system"}],
+            }
+        )
+    )
     token = core.create_namespaced_service_account_token(
-        "kuberl-operator", "kuberl-system",
+        "kuberl-operator",
+        "kuberl-system",
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200)),
     ).status.token
     workdir = tmp_path_factory.mktemp("operator")
-    process = OperatorProcess(control_plane.kubeconfig_for_token(token, workdir / "operator.kubeconfig"), workdir / "operator.log",
-                              args=operator_args)
+    process = OperatorProcess(
+        control_plane.kubeconfig_for_token(token, workdir / "operator.kubeconfig"), workdir / "operator.log", args=operator_args
+    )
     process.start()
     yield process
     process.stop()

@@ -24,7 +24,10 @@ from kuberl.operator.testing.waiting import eventually
 REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
 RELEASE, RELEASE_NAMESPACE = "kuberl-admission", "kuberl-admission"
-IMAGES = ["--set", "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu"]
+IMAGES = [
+    "--set",
+    "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu",
+]
 SECRET = "hub-token"
 
 
@@ -49,8 +52,9 @@ def as_user(plane, user: str) -> client.CustomObjectsApi:
 
 
 def create(api: client.CustomObjectsApi, namespace: str, job: dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
-    return api.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, copy.deepcopy(job),
-                                               **({"dry_run": "All"} if dry_run else {}))
+    return api.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, copy.deepcopy(job), **({"dry_run": "All"} if dry_run else {})
+    )
 
 
 def refusal(api: client.CustomObjectsApi, namespace: str, job: dict[str, Any]) -> str | None:
@@ -92,8 +96,11 @@ def policy(control_plane, rljob_crd):
     probe = plane.api_client()
     namespace = f"adm-probe-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(probe).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    eventually(lambda: refusal(client.CustomObjectsApi(probe), namespace, host_path_job("probe")) is not None, 60,
-               "the admission policy to be in force")
+    eventually(
+        lambda: refusal(client.CustomObjectsApi(probe), namespace, host_path_job("probe")) is not None,
+        60,
+        "the admission policy to be in force",
+    )
     yield made
     plane.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", check=False)
 
@@ -115,14 +122,21 @@ def tenants(control_plane, policy) -> str:
     }
     bindings = {"creator": ["rljobs"], "trusted": ["rljobs", "pods", "the-secret"], "reader": ["rljobs", "every-secret"]}
     for role, rules in roles.items():
-        rbac.create_namespaced_role(namespace, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                                                "metadata": {"name": role}, "rules": rules})
+        rbac.create_namespaced_role(
+            namespace, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": role}, "rules": rules}
+        )
     for user, granted in bindings.items():
         for role in granted:
-            rbac.create_namespaced_role_binding(namespace, {
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{user}-{role}"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+            rbac.create_namespaced_role_binding(
+                namespace,
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": f"{user}-{role}"},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                    "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+                },
+            )
     return namespace
 
 
@@ -159,8 +173,9 @@ def test_the_same_rljobs_are_accepted_for_a_user_who_may_create_pods_and_get_the
 def test_a_user_who_may_get_every_secret_is_checked_once_whatever_the_count(control_plane, tenants) -> None:
     reader = as_user(control_plane, "reader")
     many = small_job("many-secrets")
-    many["spec"]["roles"]["actor"]["env"] = [{"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": f"secret-{i}", "key": "k"}}}
-                                             for i in range(40)]
+    many["spec"]["roles"]["actor"]["env"] = [
+        {"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": f"secret-{i}", "key": "k"}}} for i in range(40)
+    ]
     assert refusal(reader, tenants, many) is None
     said = refusal(reader, tenants, service_account_job("service-account"))
     assert said is not None and "may not create pods" in said
@@ -180,8 +195,16 @@ def test_a_host_path_volume_is_refused_by_default_and_accepted_when_the_chart_al
     said = refusal(admin, tenants, host_path_job("node-root"))  # even for the cluster admin: the chart's allow-list is the rule
     assert said is not None and "spec.volumes: data use a volume source that is not allowed" in said
     assert "admission.allowedVolumeSources" in said
-    control_plane.helm("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reuse-values",
-                       "--set", "admission.allowedVolumeSources={hostPath}")
+    control_plane.helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "admission.allowedVolumeSources={hostPath}",
+    )
     try:
         eventually(lambda: refusal(admin, tenants, host_path_job("node-root")) is None, 60, "the widened policy to be in force")
         # The operator is told the same: the chart passes the allow-list to it.
@@ -191,8 +214,16 @@ def test_a_host_path_volume_is_refused_by_default_and_accepted_when_the_chart_al
         git = small_job("git", volumes=[{"name": "data", "gitRepo": {"repository": "https://example.com/x.git"}}])
         assert "not allowed" in (refusal(admin, tenants, git) or "")
     finally:
-        control_plane.helm("upgrade", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--reuse-values",
-                           "--set", "admission.allowedVolumeSources=null")
+        control_plane.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+            "--set",
+            "admission.allowedVolumeSources=null",
+        )
 
 
 @pytest.mark.parametrize("change", ["runtime-class", "apparmor", "control-plane"])
@@ -213,10 +244,18 @@ def test_privileged_settings_are_refused_by_the_policy(control_plane, tenants, c
 
 
 def test_the_policy_is_rendered_with_the_chart_values(control_plane) -> None:
-    result = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES,
-                                "--set", "admission.allowedVolumeSources={nfs,hostPath},admission.allowedRuntimeClasses={gvisor},"
-                                "admission.allowControlPlaneTolerations=true,admission.allowedSandboxEgress={203.0.113.0/24},"
-                                "admission.allowSandboxDNS=true")
+    result = control_plane.helm(
+        "template",
+        "x",
+        str(CHART),
+        "--kube-version",
+        "1.37.2",
+        *IMAGES,
+        "--set",
+        "admission.allowedVolumeSources={nfs,hostPath},admission.allowedRuntimeClasses={gvisor},"
+        "admission.allowControlPlaneTolerations=true,admission.allowedSandboxEgress={203.0.113.0/24},"
+        "admission.allowSandboxDNS=true",
+    )
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     [vap] = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
     variables = {v["name"]: v["expression"] for v in vap["spec"]["variables"]}
@@ -225,12 +264,19 @@ def test_the_policy_is_rendered_with_the_chart_values(control_plane) -> None:
     assert json.loads(variables["allowedSandboxEgress"]) == ["203.0.113.0/24"] and variables["allowSandboxDNS"] == "true"
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert {"--allow-volume-source=nfs", "--allow-volume-source=hostPath", "--allow-runtime-class=gvisor",
-            "--allow-control-plane-tolerations", "--allow-sandbox-egress=203.0.113.0/24", "--allow-sandbox-dns"} <= set(args)
+    assert {
+        "--allow-volume-source=nfs",
+        "--allow-volume-source=hostPath",
+        "--allow-runtime-class=gvisor",
+        "--allow-control-plane-tolerations",
+        "--allow-sandbox-egress=203.0.113.0/24",
+        "--allow-sandbox-dns",
+    } <= set(args)
     off = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES, "--set", "admission.enabled=false")
     assert "ValidatingAdmissionPolicy" not in off.stdout
-    bad = control_plane.helm("template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES,
-                             "--set", "admission.allowedVolumeSources={hostpath}", check=False)
+    bad = control_plane.helm(
+        "template", "x", str(CHART), "--kube-version", "1.37.2", *IMAGES, "--set", "admission.allowedVolumeSources={hostpath}", check=False
+    )
     assert bad.returncode != 0 and "allowedVolumeSources" in bad.stderr
 
 
@@ -239,18 +285,32 @@ def test_a_user_limited_to_named_secrets_is_checked_name_by_name_within_the_api_
 
     names = [f"named-{i}" for i in range(MAX_CHECKED_SECRET_REFERENCES + 1)]
     rbac = client.RbacAuthorizationV1Api(control_plane.api_client())
-    rbac.create_namespaced_role(tenants, {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "named"},
-                                          "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}]})
+    rbac.create_namespaced_role(
+        tenants,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "named"},
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": names, "verbs": ["get"]}],
+        },
+    )
     for role in ("rljobs", "named"):
-        rbac.create_namespaced_role_binding(tenants, {
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"named-user-{role}"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "named-user"}]})
+        rbac.create_namespaced_role_binding(
+            tenants,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": f"named-user-{role}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "named-user"}],
+            },
+        )
 
     def naming(count: int) -> dict[str, Any]:
         job = small_job(f"names-{count}")
-        job["spec"]["roles"]["actor"]["env"] = [{"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": n, "key": "k"}}}
-                                                for i, n in enumerate(names[:count])]
+        job["spec"]["roles"]["actor"]["env"] = [
+            {"name": f"S{i}", "valueFrom": {"secretKeyRef": {"name": n, "key": "k"}}} for i, n in enumerate(names[:count])
+        ]
         return job
 
     user = as_user(control_plane, "named-user")

@@ -40,8 +40,9 @@ VENV_BIN = Path(sys.executable).parent
 
 
 def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120, input: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, input=input)
+    return subprocess.run(
+        [str(a) for a in args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}, input=input
+    )
 
 
 def kuberl(kubeconfig: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -53,7 +54,8 @@ def service_account_kubeconfig(plane, namespace: str, name: str, path: Path) -> 
     core = client.CoreV1Api(plane.api_client())
     core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
     token = core.create_namespaced_service_account_token(
-        name, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))).status.token
+        name, namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
+    ).status.token
     return plane.kubeconfig_for_token(token, path)
 
 
@@ -111,8 +113,11 @@ def test_the_client_submits_reads_waits_suspends_resumes_and_deletes(control_pla
     updated = jobs.submit(small_job("from-path", runPolicy={"backoffLimit": 5}))
     assert updated.spec.run_policy.backoff_limit == 5 and jobs.get("from-path").spec.run_policy.backoff_limit == 5
     changed = small_job("from-path", trainer={"totalSteps": 99, "promptsPerStep": 4}, runPolicy={"backoffLimit": 6})
-    with pytest.raises(ImmutableFieldsError, match=r"^spec\.trainer cannot change on the live RLJob .*/from-path \(only "
-                                                   r"spec\.runPolicy can\): delete it first"):
+    with pytest.raises(
+        ImmutableFieldsError,
+        match=r"^spec\.trainer cannot change on the live RLJob .*/from-path \(only "
+        r"spec\.runPolicy can\): delete it first",
+    ):
         jobs.submit(changed)
     assert jobs.get("from-path").spec.run_policy.backoff_limit == 5  # nothing of it was sent
 
@@ -208,15 +213,20 @@ def test_every_command(control_plane, operator, kubeconfig, ns, tmp_path) -> Non
     assert kuberl(kubeconfig, "wait", "cli-job", "--for", "Running", "--timeout", "60", "-n", ns).returncode == 0
 
     # Errors: one line each, exit 1.
-    assert one_line_error(kuberl(kubeconfig, "wait", "cli-job", "--timeout", "1", "-n", ns)) == \
-        f"error: {ns}/cli-job is not Succeeded after 1 s: it is Running"
+    assert (
+        one_line_error(kuberl(kubeconfig, "wait", "cli-job", "--timeout", "1", "-n", ns))
+        == f"error: {ns}/cli-job is not Succeeded after 1 s: it is Running"
+    )
     assert one_line_error(kuberl(kubeconfig, "wait", "cli-job", "--for", "Done", "-n", ns)).startswith(
-        "error: 'Done' is not a phase of an RLJob; the phases: Pending, ")
+        "error: 'Done' is not a phase of an RLJob; the phases: Pending, "
+    )
     changed = write_job(tmp_path / "changed.yaml", small_job("cli-job", trainer={"totalSteps": 20, "promptsPerStep": 4}))
     assert one_line_error(kuberl(kubeconfig, "submit", changed, "-n", ns)).startswith(
-        f"error: spec.trainer cannot change on the live RLJob {ns}/cli-job (only spec.runPolicy can)")
-    assert one_line_error(kuberl(kubeconfig, "status", "nothing-here", "-n", ns)) == \
-        f"error: RLJob nothing-here not found in namespace {ns}"
+        f"error: spec.trainer cannot change on the live RLJob {ns}/cli-job (only spec.runPolicy can)"
+    )
+    assert (
+        one_line_error(kuberl(kubeconfig, "status", "nothing-here", "-n", ns)) == f"error: RLJob nothing-here not found in namespace {ns}"
+    )
     invalid = kuberl(kubeconfig, "submit", write_job(tmp_path / "bad.yaml", small_job("bad", rollout={"samplesPerPrompt": 0})), "-n", ns)
     assert invalid.returncode == 1 and "spec.rollout.samplesPerPrompt" in invalid.stderr and "Traceback" not in invalid.stderr
 
@@ -238,8 +248,15 @@ def test_namespace_and_context_choose_where(control_plane, operator, kubeconfig,
     assert RLJobClient(kubeconfig=second, context="second").namespace == ours
     assert RLJobClient(kubeconfig=second, context="second", namespace="elsewhere").namespace == "elsewhere"
 
-    submitted = run(VENV_BIN / "kuberl", "submit", write_job(tmp_path / "j.yaml", small_job("in-context")),
-                    "--kubeconfig", second, "--context", "second")
+    submitted = run(
+        VENV_BIN / "kuberl",
+        "submit",
+        write_job(tmp_path / "j.yaml", small_job("in-context")),
+        "--kubeconfig",
+        second,
+        "--context",
+        "second",
+    )
     assert (submitted.returncode, submitted.stdout) == (0, "in-context\n"), submitted.stderr
     assert status(control_plane, ours, "in-context") is not None
     in_context = run(VENV_BIN / "kuberl", "list", "--kubeconfig", second, "--context", "second")
@@ -251,8 +268,10 @@ def test_namespace_and_context_choose_where(control_plane, operator, kubeconfig,
     # kubectl rl takes the options before the command too (kubectl passes them as typed).
     before = run(VENV_BIN / "kubectl-rl", "--kubeconfig", second, "--context", "second", "status", "in-context")
     assert before.returncode == 0 and "Name:         in-context" in before.stdout, before.stderr
-    assert one_line_error(run(VENV_BIN / "kuberl", "list", "--kubeconfig", second, "--context", "third")) == \
-        f"error: no context 'third' in the kubeconfig {second}; its contexts: kuberl-test, second"
+    assert (
+        one_line_error(run(VENV_BIN / "kuberl", "list", "--kubeconfig", second, "--context", "third"))
+        == f"error: no context 'third' in the kubeconfig {second}; its contexts: kuberl-test, second"
+    )
     RLJobClient(kubeconfig=second, context="second").delete("in-context")
 
 
@@ -276,11 +295,18 @@ def test_the_role_the_docs_give_a_user_is_enough(control_plane, operator, ns, tm
     role["metadata"]["namespace"] = ns
     rbac = client.RbacAuthorizationV1Api(control_plane.api_client())
     rbac.create_namespaced_role(ns, role)
-    rbac.create_namespaced_role_binding(ns, {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "member"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
-        "subjects": [{"kind": "ServiceAccount", "name": "member", "namespace": ns}]})
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "member"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+            "subjects": [{"kind": "ServiceAccount", "name": "member", "namespace": ns}],
+        },
+    )
     member = RLJobClient(kubeconfig=service_account_kubeconfig(control_plane, ns, "member", tmp_path / "member.kubeconfig"), namespace=ns)
+
     def allowed() -> bool:  # the binding may take a moment to reach the authorizer
         try:
             member.list()
@@ -325,8 +351,9 @@ def test_a_cluster_without_the_crd_gets_one_line(plane_without_crd, tmp_path) ->
 # --- progress, ETA and validation reward: what the engine reported, where a user looks ----------------
 
 
-def test_progress_eta_and_validation_show_in_kubectl_get_and_kubectl_rl_status(control_plane, operator, kubeconfig, ns,
-                                                                               kube_binaries_dir) -> None:
+def test_progress_eta_and_validation_show_in_kubectl_get_and_kubectl_rl_status(
+    control_plane, operator, kubeconfig, ns, kube_binaries_dir
+) -> None:
     from kuberl.engine.runtime.progress import ProgressTracker
 
     jobs = RLJobClient(kubeconfig=kubeconfig, namespace=ns)
@@ -335,11 +362,13 @@ def test_progress_eta_and_validation_show_in_kubectl_get_and_kubectl_rl_status(c
     # The controller rank's reports, made by the engine's own code, written where it writes them.
     tracker = ProgressTracker(total_steps=40)
     for step, seconds in ((1, 9.0), (2, 7.5), (3, 7.0), (4, 6.5)):
-        report = tracker.report({"step": step, "step_seconds": seconds, "reward_mean": 0.375,
-                                 **({"validation_reward_mean": 0.4375} if step == 2 else {})}, None)
+        report = tracker.report(
+            {"step": step, "step_seconds": seconds, "reward_mean": 0.375, **({"validation_reward_mean": 0.4375} if step == 2 else {})}, None
+        )
     assert (report.eta_seconds, report.validation_step) == (pytest.approx(36 * 7.5), 2)
     client.CoreV1Api(control_plane.api_client()).patch_namespaced_config_map(
-        "reporter-progress", ns, {"data": {"progress.json": report.to_json()}})
+        "reporter-progress", ns, {"data": {"progress.json": report.to_json()}}
+    )
     s = eventually(lambda: (x := status(control_plane, ns, "reporter")).get("step") == 4 and x, 30, "the report in the status")
     progress, eta = 100 * 4 // 40, round(report.eta_seconds)
     assert (s["progress"], s["etaSeconds"], s["validationReward"], s["validationStep"]) == (progress, eta, 0.4375, 2)
@@ -369,10 +398,20 @@ def test_progress_eta_and_validation_show_in_kubectl_get_and_kubectl_rl_status(c
 
 def test_all_namespaces_and_the_output_formats(control_plane, operator, kubeconfig, ns, tmp_path) -> None:
     other = new_namespace(control_plane, "client-all")
-    from_stdin = run(VENV_BIN / "kuberl", "submit", "-f", "-", "-n", ns, "--kubeconfig", kubeconfig, input=yaml.safe_dump(small_job("piped")))
+    from_stdin = run(
+        VENV_BIN / "kuberl", "submit", "-f", "-", "-n", ns, "--kubeconfig", kubeconfig, input=yaml.safe_dump(small_job("piped"))
+    )
     assert (from_stdin.returncode, from_stdin.stdout) == (0, "piped\n"), from_stdin.stderr
-    from_flag = run(VENV_BIN / "kubectl-rl", "submit", "-f", write_job(tmp_path / "j.yaml", small_job("flagged")), "-n", other,
-                    "--kubeconfig", kubeconfig)
+    from_flag = run(
+        VENV_BIN / "kubectl-rl",
+        "submit",
+        "-f",
+        write_job(tmp_path / "j.yaml", small_job("flagged")),
+        "-n",
+        other,
+        "--kubeconfig",
+        kubeconfig,
+    )
     assert (from_flag.returncode, from_flag.stdout) == (0, "flagged\n"), from_flag.stderr
     jobs = RLJobClient(kubeconfig=kubeconfig, namespace=ns)
     jobs.wait("piped", "Running", timeout=60)
@@ -389,7 +428,8 @@ def test_all_namespaces_and_the_output_formats(control_plane, operator, kubeconf
 
     # yaml and json: the objects as the API server returns them.
     stored = client.CustomObjectsApi(control_plane.api_client()).get_namespaced_custom_object(
-        "kuberl.dev", "v1alpha1", ns, "rljobs", "piped")
+        "kuberl.dev", "v1alpha1", ns, "rljobs", "piped"
+    )
     listed = yaml.safe_load(kuberl(kubeconfig, "list", "-n", ns, "-o", "yaml").stdout)
     assert (listed["kind"], [i["metadata"]["uid"] for i in listed["items"]]) == ("List", [stored["metadata"]["uid"]])
     shown = json.loads(kuberl(kubeconfig, "status", "piped", "-n", ns, "-o", "json").stdout)
@@ -405,12 +445,15 @@ def test_all_namespaces_and_the_output_formats(control_plane, operator, kubeconf
 
 def test_a_user_who_may_not_list_everywhere_gets_one_line(control_plane, rljob_crd, ns, tmp_path) -> None:
     config = service_account_kubeconfig(control_plane, ns, "local", tmp_path / "local.kubeconfig")
-    assert one_line_error(kuberl(config, "list", "-A")) == ("error: your user may not list rljobs across all namespaces (user "
-        f"system:serviceaccount:{ns}:local): ask your cluster admin for a ClusterRole that grants it, or name a namespace (-n)")
+    assert one_line_error(kuberl(config, "list", "-A")) == (
+        "error: your user may not list rljobs across all namespaces (user "
+        f"system:serviceaccount:{ns}:local): ask your cluster admin for a ClusterRole that grants it, or name a namespace (-n)"
+    )
     # version: the Deployments of kuberl-system are not the user's to list either: said, not an error.
     shown = kuberl(config, "version")
     assert shown.returncode == 0 and shown.stdout.splitlines()[1].startswith(
-        "operator: unknown (your user may not list deployments in namespace kuberl-system"), shown.stdout
+        "operator: unknown (your user may not list deployments in namespace kuberl-system"
+    ), shown.stdout
 
 
 def test_version_names_the_operator_the_chart_installed(control_plane, rljob_crd, kubeconfig) -> None:
@@ -418,17 +461,32 @@ def test_version_names_the_operator_the_chart_installed(control_plane, rljob_crd
 
     where = new_namespace(control_plane, "client-version")
     absent = kuberl(kubeconfig, "version", "-n", where)
-    assert (absent.returncode, absent.stdout.splitlines()) == (0, [
-        f"kuberl {version('kuberl')} (API kuberl.dev/v1alpha1)",
-        f"operator: not found (no Deployment labelled app.kubernetes.io/name=kuberl,app.kubernetes.io/component=operator in "
-        f"namespace {where})"]), absent.stderr
+    assert (absent.returncode, absent.stdout.splitlines()) == (
+        0,
+        [
+            f"kuberl {version('kuberl')} (API kuberl.dev/v1alpha1)",
+            f"operator: not found (no Deployment labelled app.kubernetes.io/name=kuberl,app.kubernetes.io/component=operator in "
+            f"namespace {where})",
+        ],
+    ), absent.stderr
     # The labels and image of helm/kuberl/templates/deployment.yaml (no replicas: nothing needs to run).
     labels = {"app.kubernetes.io/name": "kuberl", "app.kubernetes.io/component": "operator", "app.kubernetes.io/version": "0.1.0"}
-    client.AppsV1Api(control_plane.api_client()).create_namespaced_deployment(where, {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "kuberl", "labels": labels},
-        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "op"}}, "template": {
-            "metadata": {"labels": {"app": "op"}},
-            "spec": {"containers": [{"name": "operator", "image": "registry.invalid/kuberl-operator:0.1.0"}]}}}})
+    client.AppsV1Api(control_plane.api_client()).create_namespaced_deployment(
+        where,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "kuberl", "labels": labels},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "op"}},
+                "template": {
+                    "metadata": {"labels": {"app": "op"}},
+                    "spec": {"containers": [{"name": "operator", "image": "registry.invalid/kuberl-operator:0.1.0"}]},
+                },
+            },
+        },
+    )
     line = f"operator: 0.1.0 (Deployment {where}/kuberl, image registry.invalid/kuberl-operator:0.1.0, 0/0 ready)"
     assert kuberl(kubeconfig, "version", "-n", where).stdout.splitlines()[1:] == [line]
     assert line in run(VENV_BIN / "kubectl-rl", "version", "--kubeconfig", kubeconfig).stdout.splitlines()  # every namespace
@@ -450,17 +508,38 @@ def test_the_operator_takes_kubeconfig_and_context(control_plane, rljob_crd, kub
     path.write_text(yaml.safe_dump(config))
     env = {"KUBECONFIG": str(path)}
     refused = run(VENV_BIN / "kuberl", "operator", "--context", "neither", env=env)
-    assert (refused.returncode, refused.stderr) == (3, f"kuberl operator: no context 'neither' in the kubeconfig {path}; its "
-                                                       "contexts: nowhere, real\n")
+    assert (refused.returncode, refused.stderr) == (
+        3,
+        f"kuberl operator: no context 'neither' in the kubeconfig {path}; its contexts: nowhere, real\n",
+    )
     unreachable = run(VENV_BIN / "kuberl", "operator", env=env)
-    assert unreachable.returncode == 1 and unreachable.stderr.startswith("kuberl operator: cannot reach the API server at https://127.0.0.1:")
+    assert unreachable.returncode == 1 and unreachable.stderr.startswith(
+        "kuberl operator: cannot reach the API server at https://127.0.0.1:"
+    )
     assert len(unreachable.stderr.splitlines()) == 1, unreachable.stderr
 
     health = free_port()
     log = tmp_path / "operator.log"
-    proc = subprocess.Popen([str(VENV_BIN / "kuberl"), "operator", "--context", "real", "--namespace", new_namespace(control_plane, "op-ctx"),
-                             "--metrics-port", str(free_port()), "--health-port", str(health), "--default-image", TEST_TRAINER_IMAGE],
-                            env={**os.environ, **env}, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            str(VENV_BIN / "kuberl"),
+            "operator",
+            "--context",
+            "real",
+            "--namespace",
+            new_namespace(control_plane, "op-ctx"),
+            "--metrics-port",
+            str(free_port()),
+            "--health-port",
+            str(health),
+            "--default-image",
+            TEST_TRAINER_IMAGE,
+        ],
+        env={**os.environ, **env},
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
     def healthy() -> bool:
         assert proc.poll() is None, log.read_text()[-3000:]
@@ -487,15 +566,24 @@ def test_logs_previous_shows_the_failed_pod_of_the_last_attempt_after_it_is_gone
     never = one_line_error(kuberl(kubeconfig, "logs", "previous", "--previous", "-n", ns))
     assert "has no failed attempt" in never
     [_, victim] = sorted(live_pods(control_plane, ns, "previous"), key=lambda p: p.metadata.name)
-    client.CoreV1Api(control_plane.api_client()).patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {
-        EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-message": "step 4 done\nRuntimeError: Connection closed by peer"}}})
+    client.CoreV1Api(control_plane.api_client()).patch_namespaced_pod(
+        victim.metadata.name,
+        ns,
+        {
+            "metadata": {
+                "annotations": {EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-message": "step 4 done\nRuntimeError: Connection closed by peer"}
+            }
+        },
+    )
     wait_phase(control_plane, ns, "previous", "Running", 90, restarts=1)
     eventually(lambda: all(p.metadata.uid != victim.metadata.uid for p in live_pods(control_plane, ns, "previous")), 60, "the pod to go")
     shown = kuberl(kubeconfig, "logs", "previous", "--previous", "-n", ns)
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines() == [f"attempt 0 ended: pod {victim.metadata.name} (role actor, exit code 1, Error)",
-                                         f"[{victim.metadata.name}] step 4 done",
-                                         f"[{victim.metadata.name}] RuntimeError: Connection closed by peer"]
+    assert shown.stdout.splitlines() == [
+        f"attempt 0 ended: pod {victim.metadata.name} (role actor, exit code 1, Error)",
+        f"[{victim.metadata.name}] step 4 done",
+        f"[{victim.metadata.name}] RuntimeError: Connection closed by peer",
+    ]
 
 
 def test_list_shows_every_job_it_can_read_and_warns_of_one_it_cannot(control_plane, operator, kubeconfig, tmp_path) -> None:

@@ -20,12 +20,14 @@ def test_a_child_name_held_by_another_object_is_left_untouched_and_the_job_says_
     core = client.CoreV1Api(plane.api_client())
     # Another tenant's objects that happen to have the names the job's Service and engine config would take.
     theirs_cm = core.create_namespaced_config_map(ns, {"metadata": {"name": "clash-config"}, "data": {"owner": "someone else"}})
-    theirs_svc = core.create_namespaced_service(ns, {"metadata": {"name": "clash"},
-                                                     "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}})
+    theirs_svc = core.create_namespaced_service(
+        ns, {"metadata": {"name": "clash"}, "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]}}
+    )
     create(plane, ns, small_job("clash"))
 
-    held = eventually(lambda: (c := _condition(plane, ns, "clash", "NameConflict")) and c["status"] == "True" and c, 60,
-                      "the NameConflict condition")
+    held = eventually(
+        lambda: (c := _condition(plane, ns, "clash", "NameConflict")) and c["status"] == "True" and c, 60, "the NameConflict condition"
+    )
     assert "ConfigMap/clash-config exists and is not controlled by this RLJob" in held["message"]
     assert "Service/clash exists and is not controlled by this RLJob" in held["message"]
     assert get(plane, ns, "clash")["status"]["phase"] == "Pending"
@@ -54,8 +56,11 @@ def test_every_job_has_a_network_policy_over_its_pods(control_plane, operator) -
     policy = client.NetworkingV1Api(plane.api_client()).read_namespaced_network_policy("fenced", ns)
     assert policy.metadata.owner_references[0].uid == get(plane, ns, "fenced")["metadata"]["uid"]
     assert policy.spec.policy_types == ["Ingress"]
-    selected = client.CoreV1Api(plane.api_client()).list_namespaced_pod(
-        ns, label_selector=",".join(f"{k}={v}" for k, v in policy.spec.pod_selector.match_labels.items())).items
+    selected = (
+        client.CoreV1Api(plane.api_client())
+        .list_namespaced_pod(ns, label_selector=",".join(f"{k}={v}" for k, v in policy.spec.pod_selector.match_labels.items()))
+        .items
+    )
     trainers = live_pods(plane, ns, "fenced")
     assert len(trainers) == 2 and {p.metadata.name for p in trainers} <= {p.metadata.name for p in selected}
     [peer] = policy.spec.ingress[0]._from

@@ -92,8 +92,9 @@ def test_api_server_refuses_bad_rljobs_naming_the_field(control_plane, rljob_crd
     assert caught.value.status == 422, body
     fields = [cause.get("field", "") for cause in body.get("details", {}).get("causes", [])]
     # The server names the field itself, or for a missing one its parent, or for a duplicate in a list the item.
-    assert any(expected_path == f or expected_path.startswith((f + ".", f + "[")) or f.startswith(expected_path + "[")
-               for f in fields if f), (fields, body["message"])
+    assert any(
+        expected_path == f or expected_path.startswith((f + ".", f + "[")) or f.startswith(expected_path + "[") for f in fields if f
+    ), (fields, body["message"])
 
 
 def test_cel_rule_message_reaches_the_client(control_plane, rljob_crd) -> None:
@@ -139,15 +140,21 @@ def test_service_account_needs_a_role_to_list_pods(control_plane) -> None:
         as_reader.list_namespaced_pod(ns)
     assert caught.value.status == 403
 
-    rbac.create_namespaced_role(ns, client.V1Role(
-        metadata=client.V1ObjectMeta(name="pod-reader"),
-        rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"])],
-    ))
-    rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="reader-reads-pods"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pod-reader"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=ns)],
-    ))
+    rbac.create_namespaced_role(
+        ns,
+        client.V1Role(
+            metadata=client.V1ObjectMeta(name="pod-reader"),
+            rules=[client.V1PolicyRule(api_groups=[""], resources=["pods"], verbs=["get", "list"])],
+        ),
+    )
+    rbac.create_namespaced_role_binding(
+        ns,
+        client.V1RoleBinding(
+            metadata=client.V1ObjectMeta(name="reader-reads-pods"),
+            role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="pod-reader"),
+            subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=ns)],
+        ),
+    )
 
     def allowed() -> bool:
         try:
@@ -230,10 +237,15 @@ def test_gpu_pod_without_toleration_stays_pending(control_plane) -> None:
 def test_failed_annotation_makes_a_pod_fail(control_plane) -> None:
     ns = fresh_namespace(control_plane, "fail")
     core = client.CoreV1Api(control_plane.api_client())
-    core.create_namespaced_pod(ns, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-        "spec": {"nodeSelector": {"kuberl.dev/pool": "cpu"}, "containers": [{"name": "c", "image": "x"}]},
-    })
+    core.create_namespaced_pod(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {"nodeSelector": {"kuberl.dev/pool": "cpu"}, "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
     eventually(lambda: core.read_namespaced_pod("p", ns).status.phase == "Running", 60, "the pod to run")
     core.patch_namespaced_pod("p", ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail"}}})
     pod = eventually(lambda: (p := core.read_namespaced_pod("p", ns)).status.phase == "Failed" and p, 60, "the pod to fail")
@@ -247,10 +259,15 @@ def test_deleting_an_owner_collects_its_children(control_plane) -> None:
     ns = fresh_namespace(control_plane, "gc")
     core = client.CoreV1Api(control_plane.api_client())
     owner = core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="owner")))
-    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(
-        name="child",
-        owner_references=[client.V1OwnerReference(api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid)],
-    )))
+    core.create_namespaced_config_map(
+        ns,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(
+                name="child",
+                owner_references=[client.V1OwnerReference(api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid)],
+            )
+        ),
+    )
     core.delete_namespaced_config_map("owner", ns, propagation_policy="Background")
 
     def child_gone() -> bool:

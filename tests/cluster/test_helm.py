@@ -19,11 +19,17 @@ REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
 KUBE_VERSION = "1.37.2"
 # The two values without a default: where the user pushed the images (no public registry hosts them).
-IMAGES = ["--set", "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu"]
-EVERY_OPTION = ["--set", "hubEndpoint=http://hub-mirror.infra.svc:8080,"
-                "serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRule.enabled=true,"
-                "grafanaDashboard.enabled=true,watchNamespaces[0]=team-a,watchNamespaces[1]=team-b,"
-                "imagePullSecrets[0].name=regcred,nodeSelector.pool=system,priorityClassName=system-cluster-critical"]
+IMAGES = [
+    "--set",
+    "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu",
+]
+EVERY_OPTION = [
+    "--set",
+    "hubEndpoint=http://hub-mirror.infra.svc:8080,"
+    "serviceMonitor.enabled=true,podMonitor.enabled=true,prometheusRule.enabled=true,"
+    "grafanaDashboard.enabled=true,watchNamespaces[0]=team-a,watchNamespaces[1]=team-b,"
+    "imagePullSecrets[0].name=regcred,nodeSelector.pool=system,priorityClassName=system-cluster-critical",
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +39,7 @@ def helm(kube_binaries_dir: Path):
         if check:
             assert result.returncode == 0, result.stderr
         return result
+
     return run
 
 
@@ -41,7 +48,9 @@ def render(helm, *args: str) -> list[dict]:
     return [d for d in yaml.safe_load_all(out) if d]
 
 
-@pytest.mark.parametrize("options", [[], EVERY_OPTION, ["--set", "jobset.install=true"]], ids=["defaults", "every-option", "jobset-install"])
+@pytest.mark.parametrize(
+    "options", [[], EVERY_OPTION, ["--set", "jobset.install=true"]], ids=["defaults", "every-option", "jobset-install"]
+)
 def test_helm_lint_is_clean(helm, options: list[str]) -> None:
     result = helm("lint", str(CHART), "--kube-version", KUBE_VERSION, *IMAGES, *options)
     assert "0 chart(s) failed" in result.stdout
@@ -64,10 +73,14 @@ JOBSET_CRD = "jobsets.jobset.x-k8s.io"
 def test_jobset_install_renders_jobsets_own_chart(helm) -> None:
     """jobset.install=true: the vendored JobSet chart (charts/jobset) with the release, its CRD, controller and webhooks;
     without it, nothing of JobSet."""
+
     def jobset_parts(*options: str) -> dict[tuple[str, str], dict]:
         docs = render(helm, "--include-crds", *options)
-        return {(d["kind"], d["metadata"]["name"]): d for d in docs
-                if d["metadata"]["name"] == JOBSET_CRD or d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "jobset"}
+        return {
+            (d["kind"], d["metadata"]["name"]): d
+            for d in docs
+            if d["metadata"]["name"] == JOBSET_CRD or d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "jobset"
+        }
 
     assert jobset_parts() == {}
     assert jobset_parts("--set", "jobset.install=false") == {}
@@ -79,12 +92,18 @@ def test_jobset_install_renders_jobsets_own_chart(helm) -> None:
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.k8s.io/jobset/jobset:v0.12.0"
     assert {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Service", "ClusterRole"} <= {k for k, _ in parts}
     # The image is a value (no registry needs to be reachable from the chart's side: a mirror's will do).
-    [mirrored] = [d for (kind, _), d in jobset_parts("--set", "jobset.install=true,jobset.image.repository=mirror.example/jobset,"
-                                                     "jobset.image.tag=v0.12.0-mirror").items() if kind == "Deployment"]
+    [mirrored] = [
+        d
+        for (kind, _), d in jobset_parts(
+            "--set", "jobset.install=true,jobset.image.repository=mirror.example/jobset,jobset.image.tag=v0.12.0-mirror"
+        ).items()
+        if kind == "Deployment"
+    ]
     assert mirrored["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.example/jobset:v0.12.0-mirror"
     # kuberl's own objects are the same either way.
-    assert [d for d in render(helm) if d["kind"] == "Deployment"] == \
-        [d for d in render(helm, "--set", "jobset.install=true") if d["kind"] == "Deployment" and d["metadata"]["name"] == "kuberl"]
+    assert [d for d in render(helm) if d["kind"] == "Deployment"] == [
+        d for d in render(helm, "--set", "jobset.install=true") if d["kind"] == "Deployment" and d["metadata"]["name"] == "kuberl"
+    ]
 
 
 def test_chart_ships_the_generated_crd() -> None:
@@ -116,7 +135,11 @@ def test_a_namespaced_install_binds_no_cluster_role_that_can_write(helm) -> None
     for ns in ("team-a", "team-b"):
         assert namespaced[("Role", ns)]["rules"] == RULES
         binding = namespaced[("RoleBinding", ns)]
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": namespaced[("Role", ns)]["metadata"]["name"]}
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": namespaced[("Role", ns)]["metadata"]["name"],
+        }
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kuberl", "namespace": "kuberl-chart"}]
     # Without watchNamespaces, today's single ClusterRole: the operator must reach every namespace.
     assert not [d for d in render(helm) if d["kind"] in ("Role", "RoleBinding")]
@@ -130,8 +153,10 @@ def test_the_network_policy_value_reaches_the_operator(helm) -> None:
     default = args()
     assert "--no-network-policy" not in default
     [peer] = [a for a in default if a.startswith("--metrics-peer=")]
-    assert json.loads(peer.split("=", 1)[1]) == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    assert json.loads(peer.split("=", 1)[1]) == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
     assert "--no-network-policy" in args("--set", "networkPolicy.enabled=false")
     assert not [a for a in args("--set", "networkPolicy.metricsFrom=null") if a.startswith("--metrics-peer")]
 
@@ -155,8 +180,7 @@ def test_the_tool_networks_and_admission_values_reach_the_operators_settings(hel
     chosen = settings("--set", "tools.allowedNetworks={10.0.0.0/8,fd00::/8}", "--set", "admission.allowedVolumeSources={hostPath}")
     assert chosen.tool_networks == ("10.0.0.0/8", "fd00::/8")
     assert "hostPath" in chosen.admission.volume_sources
-    refused = helm("template", "kuberl", str(CHART), "--kube-version", "1.31.0", "--set", "tools.allowedNetworks={not-a-cidr}",
-                   check=False)
+    refused = helm("template", "kuberl", str(CHART), "--kube-version", "1.31.0", "--set", "tools.allowedNetworks={not-a-cidr}", check=False)
     assert refused.returncode != 0 and "allowedNetworks" in refused.stderr
 
 
@@ -179,12 +203,24 @@ def test_operator_pod_is_locked_down(helm) -> None:
 # Stand-ins for prometheus-operator's CRDs (its CRD files cannot be fetched here): they accept any
 # spec, so the dry run checks those three objects' metadata only; every other object is checked in full.
 MONITORING_STAND_INS = [
-    {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-     "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-     "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-              "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-              "versions": [{"name": "v1", "served": True, "storage": True,
-                            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
+    }
     for plural, kind in (("servicemonitors", "ServiceMonitor"), ("podmonitors", "PodMonitor"), ("prometheusrules", "PrometheusRule"))
 ]
 
@@ -208,29 +244,55 @@ def test_every_rendered_object_passes_a_server_side_dry_run_with_stand_in_monito
 
 def test_helm_install_runs_the_operator_with_the_charts_rbac(control_plane, rljob_crd, tmp_path: Path) -> None:
     plane = control_plane
-    plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-chart", "--create-namespace", *IMAGES,
-               "--set", "nodeSelector.kuberl\\.dev/pool=cpu", "--wait", "--timeout", "120s")
+    plane.helm(
+        "install",
+        "kuberl",
+        str(CHART),
+        "--namespace",
+        "kuberl-chart",
+        "--create-namespace",
+        *IMAGES,
+        "--set",
+        "nodeSelector.kuberl\\.dev/pool=cpu",
+        "--wait",
+        "--timeout",
+        "120s",
+    )
     apps, core = client.AppsV1Api(plane.api_client()), client.CoreV1Api(plane.api_client())
     deployment = apps.read_namespaced_deployment("kuberl", "kuberl-chart")
     assert deployment.status.ready_replicas == 1  # kwok ran the operator's pod
     # The same operator, as a process here, with the token of the chart's ServiceAccount: exactly
     # the rights the chart grants.
     token = core.create_namespaced_service_account_token(
-        "kuberl", "kuberl-chart",
+        "kuberl",
+        "kuberl-chart",
         client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
     ).status.token
     operator = OperatorProcess(plane.kubeconfig_for_token(token, tmp_path / "chart.kubeconfig"), tmp_path / "operator.log")
     operator.start()
     try:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="chart-jobs")))
-        job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "after-install"},
-               "spec": {"model": {"path": "/data/models/m"}, "data": {"train": {"path": "/data/train.jsonl"}},
-                        "volumes": [{"name": "data", "emptyDir": {}}],
-                        "algorithm": {"name": "grpo"}, "rollout": {"samplesPerPrompt": 4},
-                        "reward": {"rules": [{"name": "math_answer"}]},
-                        "roles": {"actor": {"replicas": 1, "nodeSelector": {"kuberl.dev/pool": "cpu"},
-                                            "volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
-                        "trainer": {"totalSteps": 10, "promptsPerStep": 4}}}
+        job = {
+            "apiVersion": "kuberl.dev/v1alpha1",
+            "kind": "RLJob",
+            "metadata": {"name": "after-install"},
+            "spec": {
+                "model": {"path": "/data/models/m"},
+                "data": {"train": {"path": "/data/train.jsonl"}},
+                "volumes": [{"name": "data", "emptyDir": {}}],
+                "algorithm": {"name": "grpo"},
+                "rollout": {"samplesPerPrompt": 4},
+                "reward": {"rules": [{"name": "math_answer"}]},
+                "roles": {
+                    "actor": {
+                        "replicas": 1,
+                        "nodeSelector": {"kuberl.dev/pool": "cpu"},
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    }
+                },
+                "trainer": {"totalSteps": 10, "promptsPerStep": 4},
+            },
+        }
         custom = client.CustomObjectsApi(plane.api_client())
         custom.create_namespaced_custom_object(GROUP, VERSION, "chart-jobs", PLURAL, job)
 
@@ -253,19 +315,42 @@ def test_the_packaged_chart_of_make_dist_installs_and_uninstalls(control_plane, 
     import tarfile
 
     version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
-    made = subprocess.run(["bash", str(REPO / "scripts" / "dist.sh"), str(tmp_path / "dist")], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "DIST_IMAGES": "0", "DIST_PYTHON": "0"})
+    made = subprocess.run(
+        ["bash", str(REPO / "scripts" / "dist.sh"), str(tmp_path / "dist")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "DIST_IMAGES": "0", "DIST_PYTHON": "0"},
+    )
     assert made.returncode == 0, made.stderr
     package = tmp_path / "dist" / f"kuberl-{version}.tgz"
     with tarfile.open(package) as tgz:  # the CRD it would install is the generated one
-        assert tgz.extractfile("kuberl/crds/kuberl.dev_rljobs.yaml").read().decode() == (REPO / "crds" / "kuberl.dev_rljobs.yaml").read_text()
+        assert (
+            tgz.extractfile("kuberl/crds/kuberl.dev_rljobs.yaml").read().decode() == (REPO / "crds" / "kuberl.dev_rljobs.yaml").read_text()
+        )
     plane = control_plane
     try:
-        plane.helm("install", "kuberl-dist", str(package), "--namespace", "kuberl-dist", "--create-namespace", *IMAGES,
-                   "--set", "nodeSelector.kuberl\\.dev/pool=cpu", "--wait", "--timeout", "120s")
+        plane.helm(
+            "install",
+            "kuberl-dist",
+            str(package),
+            "--namespace",
+            "kuberl-dist",
+            "--create-namespace",
+            *IMAGES,
+            "--set",
+            "nodeSelector.kuberl\\.dev/pool=cpu",
+            "--wait",
+            "--timeout",
+            "120s",
+        )
         [release] = json.loads(plane.helm("list", "--namespace", "kuberl-dist", "--output", "json").stdout)
-        assert (release["name"], release["status"], release["chart"], release["app_version"]) == \
-            ("kuberl-dist", "deployed", f"kuberl-{version}", version), release
+        assert (release["name"], release["status"], release["chart"], release["app_version"]) == (
+            "kuberl-dist",
+            "deployed",
+            f"kuberl-{version}",
+            version,
+        ), release
         deployment = client.AppsV1Api(plane.api_client()).read_namespaced_deployment("kuberl-dist", "kuberl-dist")
         assert deployment.status.ready_replicas == 1  # kwok ran the operator's pod
         assert deployment.spec.template.spec.containers[0].image.endswith(f":{version}")  # the tag defaults to appVersion
@@ -280,42 +365,79 @@ def test_the_packaged_chart_of_make_dist_installs_and_uninstalls(control_plane, 
     assert plane.kubectl("get", "crd", f"{PLURAL}.{GROUP}", check=False).returncode == 0
 
 
-def test_install_into_a_cluster_without_jobset_fails_saying_what_to_do_unless_the_chart_brings_it(kube_binaries_dir: Path, tmp_path: Path) -> None:
+def test_install_into_a_cluster_without_jobset_fails_saying_what_to_do_unless_the_chart_brings_it(
+    kube_binaries_dir: Path, tmp_path: Path
+) -> None:
     # A control plane of its own: the session's has JobSet (every other install here passes the check).
     from kuberl.operator.testing.control_plane import start_control_plane
 
     plane = start_control_plane(kube_binaries_dir, tmp_path / "plane", pools=())
     try:
-        failed = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
-                            check=False)
+        failed = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES, check=False)
         assert failed.returncode != 0
-        assert ("JobSet is not installed in this cluster (no CustomResourceDefinition jobsets.jobset.x-k8s.io): kuberl runs "
-                "every RLJob as a JobSet. Install JobSet v0.12.0 or newer first") in failed.stderr, failed.stderr
+        assert (
+            "JobSet is not installed in this cluster (no CustomResourceDefinition jobsets.jobset.x-k8s.io): kuberl runs "
+            "every RLJob as a JobSet. Install JobSet v0.12.0 or newer first"
+        ) in failed.stderr, failed.stderr
         assert json.loads(plane.helm("list", "--all-namespaces", "--output", "json").stdout) == []  # nothing installed
         # (Helm applies the chart's crds/ before it renders the templates, so the RLJob CRD is there: harmless,
         # and the next install, JobSet in place, keeps it.)
         # Asked to skip it, the same install renders against the server (its lookups answered).
-        skipped = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
-                             "--set", "jobset.required=false", "--dry-run=server", check=False)
+        skipped = plane.helm(
+            "install",
+            "kuberl",
+            str(CHART),
+            "--namespace",
+            "kuberl-nojobset",
+            "--create-namespace",
+            *IMAGES,
+            "--set",
+            "jobset.required=false",
+            "--dry-run=server",
+            check=False,
+        )
         assert skipped.returncode == 0, skipped.stderr
         # An install that brings JobSet itself (jobset.install) is not refused, not even as a dry run (which applies no CRD).
-        bringing = plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES,
-                              "--set", "jobset.install=true", "--dry-run=server", check=False)
+        bringing = plane.helm(
+            "install",
+            "kuberl",
+            str(CHART),
+            "--namespace",
+            "kuberl-nojobset",
+            "--create-namespace",
+            *IMAGES,
+            "--set",
+            "jobset.install=true",
+            "--dry-run=server",
+            check=False,
+        )
         assert bringing.returncode == 0, bringing.stderr
         assert plane.kubectl("get", "crd", JOBSET_CRD, check=False).returncode != 0
         # An upgrade applies no crds/ folder: turning jobset.install on for a release without JobSet is refused, saying so.
-        plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES, "--set", "jobset.required=false")
-        upgraded = plane.helm("upgrade", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", *IMAGES,
-                              "--set", "jobset.install=true", check=False)
+        plane.helm(
+            "install",
+            "kuberl",
+            str(CHART),
+            "--namespace",
+            "kuberl-nojobset",
+            "--create-namespace",
+            *IMAGES,
+            "--set",
+            "jobset.required=false",
+        )
+        upgraded = plane.helm(
+            "upgrade", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", *IMAGES, "--set", "jobset.install=true", check=False
+        )
         assert upgraded.returncode != 0
         assert "helm upgrade does not apply the CRDs of a chart's crds/ folder" in upgraded.stderr, upgraded.stderr
         plane.helm("uninstall", "kuberl", "--namespace", "kuberl-nojobset", "--wait", "--timeout", "60s")
         # A fresh install with jobset.install=true: Helm applies JobSet's CRD before it renders, and the check passes.
-        plane.helm("install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES, "--set", "jobset.install=true")
+        plane.helm(
+            "install", "kuberl", str(CHART), "--namespace", "kuberl-nojobset", "--create-namespace", *IMAGES, "--set", "jobset.install=true"
+        )
         crd = json.loads(plane.kubectl("get", "crd", JOBSET_CRD, "--output", "json").stdout)
         assert any(c["type"] == "Established" and c["status"] == "True" for c in crd["status"]["conditions"]), crd["status"]
-        deployment = client.AppsV1Api(plane.api_client()).read_namespaced_deployment("kuberl-jobset-controller",
-                                                                                     "kuberl-nojobset")
+        deployment = client.AppsV1Api(plane.api_client()).read_namespaced_deployment("kuberl-jobset-controller", "kuberl-nojobset")
         assert deployment.spec.template.spec.containers[0].image == "registry.k8s.io/jobset/jobset:v0.12.0"
         [release] = json.loads(plane.helm("list", "--namespace", "kuberl-nojobset", "--output", "json").stdout)
         assert release["status"] == "deployed", release

@@ -24,8 +24,10 @@ REPO = Path(__file__).resolve().parent.parent.parent
 NS = "rl"
 QUEUE = "rl-gpus"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-H100 = {"nodeSelector": {"kuberl.dev/pool": "gpu-h100"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+H100 = {
+    "nodeSelector": {"kuberl.dev/pool": "gpu-h100"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +58,27 @@ def gpu_job(name: str, *, actor_pods: int = 2, critic_pods: int = 0, priority: s
         "algorithm": {"name": "ppo" if ppo else "grpo"},
         "rollout": {"samplesPerPrompt": 4},
         "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": actor_pods, "gpusPerReplica": 8, **H100,
-                            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]}},
+        "roles": {
+            "actor": {
+                "replicas": actor_pods,
+                "gpusPerReplica": 8,
+                **H100,
+                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+            }
+        },
         "trainer": {"totalSteps": 10, "promptsPerStep": 16},
-        "runPolicy": {"scheduling": {"queueName": QUEUE, **({"workloadPriorityClass": priority} if priority else {})},
-                      "terminationGracePeriodSeconds": 5},
+        "runPolicy": {
+            "scheduling": {"queueName": QUEUE, **({"workloadPriorityClass": priority} if priority else {})},
+            "terminationGracePeriodSeconds": 5,
+        },
     }
     if ppo:
-        spec["roles"]["critic"] = {"replicas": critic_pods, "gpusPerReplica": 8, **H100,
-                                   "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]}
+        spec["roles"]["critic"] = {
+            "replicas": critic_pods,
+            "gpusPerReplica": 8,
+            **H100,
+            "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+        }
     return {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name}, "spec": spec}
 
 
@@ -82,8 +96,9 @@ class PodWatch:
 
         def run() -> None:
             try:
-                for event in self._watch.stream(api.list_namespaced_pod, namespace, label_selector=f"kuberl.dev/job={job}",
-                                                timeout_seconds=600):
+                for event in self._watch.stream(
+                    api.list_namespaced_pod, namespace, label_selector=f"kuberl.dev/job={job}", timeout_seconds=600
+                ):
                     self.seen.add(event["object"].metadata.name)
             except Exception:  # noqa: BLE001 - the stream ends with an error when stop() closes it
                 if not self._stopped:
@@ -102,7 +117,8 @@ def finish(plane, job: str) -> None:
     """What kwok does for a finished rank: every pod of the job exits 0."""
     for pod in live_pods(plane, NS, job):
         client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
-            pod.metadata.name, NS, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}})
+            pod.metadata.name, NS, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}}
+        )
 
 
 def test_a_job_is_admitted_whole_and_the_next_waits_with_no_pod(control_plane, queue) -> None:
@@ -145,8 +161,7 @@ def test_the_operators_cache_and_its_direct_reads_find_the_same_workload(control
     plane = control_plane
     create(plane, NS, gpu_job("read"))
     wait_phase(plane, NS, "read", "Running", 90)
-    job = parse_rljob(client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, "read"), "read")
+    job = parse_rljob(client.CustomObjectsApi(plane.api_client()).get_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "read"), "read")
     cache = ChildCache(plane.api_client(), (NS,))
     cache.start(lambda *change: None)
     try:

@@ -18,27 +18,50 @@ from kuberl.operator.testing.rljobs import create, get, new_namespace, small_job
 REPO = Path(__file__).resolve().parent.parent.parent
 CHART = REPO / "helm" / "kuberl"
 RELEASE, RELEASE_NS = "kuberl-confined", "kuberl-confined"
-IMAGES = ["--set", "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu"]
+IMAGES = [
+    "--set",
+    "image.repository=registry.example.com/team/kuberl-operator,trainerImage=registry.example.com/team/kuberl-trainer:0.1.0-cpu",
+]
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
 def _may(plane, verb: str, resource: str, namespace: str | None, group: str = "") -> bool:
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-              "spec": {"user": f"system:serviceaccount:{RELEASE_NS}:{RELEASE}",
-                       "groups": ["system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NS}", "system:authenticated"],
-                       "resourceAttributes": {"verb": verb, "resource": resource, "group": group,
-                                              **({"namespace": namespace} if namespace else {})}}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{RELEASE_NS}:{RELEASE}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{RELEASE_NS}", "system:authenticated"],
+            "resourceAttributes": {"verb": verb, "resource": resource, "group": group, **({"namespace": namespace} if namespace else {})},
+        },
+    }
     return client.AuthorizationV1Api(plane.api_client()).create_subject_access_review(review).status.allowed
 
 
 def test_a_namespaced_install_reconciles_only_its_namespaces_with_only_namespaced_writes(
-        control_plane, rljob_crd, kube_binaries_dir: Path, tmp_path: Path) -> None:
+    control_plane, rljob_crd, kube_binaries_dir: Path, tmp_path: Path
+) -> None:
     plane = control_plane
     watched, unwatched = new_namespace(plane, "watched"), new_namespace(plane, "unwatched")
     plane.kubectl("create", "namespace", RELEASE_NS, check=False)
-    rendered = subprocess.run([str(kube_binaries_dir / "helm"), "template", RELEASE, str(CHART), "--namespace", RELEASE_NS,
-                               "--kube-version", "1.37.2", *IMAGES, "--set", f"watchNamespaces[0]={watched}"],
-                              capture_output=True, text=True, timeout=120)
+    rendered = subprocess.run(
+        [
+            str(kube_binaries_dir / "helm"),
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            RELEASE_NS,
+            "--kube-version",
+            "1.37.2",
+            *IMAGES,
+            "--set",
+            f"watchNamespaces[0]={watched}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert rendered.returncode == 0, rendered.stderr
     rbac = [d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] in RBAC_KINDS]
     assert {d["kind"] for d in rbac} == set(RBAC_KINDS)
@@ -55,11 +78,18 @@ def test_a_namespaced_install_reconciles_only_its_namespaces_with_only_namespace
         assert not _may(plane, "list", "pods", ns), ns
     assert _may(plane, "list", "customresourcedefinitions", None, "apiextensions.k8s.io")
 
-    token = client.CoreV1Api(plane.api_client()).create_namespaced_service_account_token(
-        RELEASE, RELEASE_NS, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
-    ).status.token
-    operator = OperatorProcess(plane.kubeconfig_for_token(token, tmp_path / "confined.kubeconfig"), tmp_path / "operator.log",
-                               args=("--namespace", watched))
+    token = (
+        client.CoreV1Api(plane.api_client())
+        .create_namespaced_service_account_token(
+            RELEASE,
+            RELEASE_NS,
+            client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)),
+        )
+        .status.token
+    )
+    operator = OperatorProcess(
+        plane.kubeconfig_for_token(token, tmp_path / "confined.kubeconfig"), tmp_path / "operator.log", args=("--namespace", watched)
+    )
     operator.start()
     try:
         create(plane, unwatched, small_job("ignored"))
@@ -69,8 +99,16 @@ def test_a_namespaced_install_reconciles_only_its_namespaces_with_only_namespace
             assert plane.kubectl("get", kind, "-n", watched, "-l", "kuberl.dev/job=served", "-o", "name").stdout.strip(), kind
         time.sleep(5)  # the unwatched job was created first: had the operator seen it, it would have acted by now
         assert "status" not in get(plane, unwatched, "ignored")
-        left = plane.kubectl("get", "all,configmaps,roles,rolebindings,serviceaccounts,networkpolicies", "-n", unwatched,
-                             "-l", "kuberl.dev/job", "-o", "name").stdout.strip()
+        left = plane.kubectl(
+            "get",
+            "all,configmaps,roles,rolebindings,serviceaccounts,networkpolicies",
+            "-n",
+            unwatched,
+            "-l",
+            "kuberl.dev/job",
+            "-o",
+            "name",
+        ).stdout.strip()
         assert left == "", left
     finally:
         operator.stop()

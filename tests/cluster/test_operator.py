@@ -21,7 +21,18 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 from kuberl.operator.testing.rljobs import (
-    create, eventually, fail_pod, get, jobsets, live_pods, new_namespace, pods, small_job, status, trainer_token, wait_phase,
+    create,
+    eventually,
+    fail_pod,
+    get,
+    jobsets,
+    live_pods,
+    new_namespace,
+    pods,
+    small_job,
+    status,
+    trainer_token,
+    wait_phase,
 )
 
 # --- tests -------------------------------------------------------------------------------------------
@@ -30,13 +41,34 @@ from kuberl.operator.testing.rljobs import (
 def bind_claim(plane, ns: str, claim: str) -> None:
     """A claim bound to a static volume (no provisioner here), so that pods mounting it are scheduled."""
     core = client.CoreV1Api(plane.api_client())
-    core.create_persistent_volume({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"{claim}-{ns}"},
-        "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteMany"], "hostPath": {"path": f"/tmp/{ns}/{claim}"},
-                 "storageClassName": "", "claimRef": {"namespace": ns, "name": claim}}})
-    core.create_namespaced_persistent_volume_claim(ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": claim},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "10Gi"}},
-                 "storageClassName": "", "volumeName": f"{claim}-{ns}"}})
+    core.create_persistent_volume(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{claim}-{ns}"},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "hostPath": {"path": f"/tmp/{ns}/{claim}"},
+                "storageClassName": "",
+                "claimRef": {"namespace": ns, "name": claim},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "resources": {"requests": {"storage": "10Gi"}},
+                "storageClassName": "",
+                "volumeName": f"{claim}-{ns}",
+            },
+        },
+    )
 
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -44,6 +76,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 def finish_initializer(plane, ns: str, job: str, report: dict[str, Any], exit_code: int = 0) -> None:
     """Play the initializer's part on a kwok node: end its pod with `report` as its termination message."""
+
     def initializer_pod():
         found = [p for p in pods(plane, ns, f"kuberl.dev/job={job},kuberl.dev/component=initializer") if p.status.phase == "Running"]
         return found[0] if found else None
@@ -74,10 +107,23 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     init_pod = pods(plane, ns, "kuberl.dev/component=initializer")[0]
     init = init_pod.spec.containers[0]
     assert init.command == ["kuberl", "initialize"] and init_pod.spec.automount_service_account_token is False
-    assert {e.name: e.value_from.secret_key_ref.name for e in init.env if e.value_from and e.value_from.secret_key_ref} == {"HF_TOKEN": "hf-token"}
+    assert {e.name: e.value_from.secret_key_ref.name for e in init.env if e.value_from and e.value_from.secret_key_ref} == {
+        "HF_TOKEN": "hf-token"
+    }
     assert any(m.mount_path == "/var/cache/kuberl" and not m.read_only for m in init.volume_mounts)
-    report = {"repos": [{"field": "model", "repo": "Qwen/Qwen2.5-1.5B-Instruct", "revision": "main", "commit": COMMIT,
-                         "files": 9, "bytes": 3_100_000_000, "fetchedBytes": 3_100_000_000}]}
+    report = {
+        "repos": [
+            {
+                "field": "model",
+                "repo": "Qwen/Qwen2.5-1.5B-Instruct",
+                "revision": "main",
+                "commit": COMMIT,
+                "files": 9,
+                "bytes": 3_100_000_000,
+                "fetchedBytes": 3_100_000_000,
+            }
+        ]
+    }
     finish_initializer(plane, ns, name, report)
 
     s = wait_phase(plane, ns, name, "Running", 90)
@@ -85,7 +131,9 @@ def test_example_creates_its_children_and_lands_on_the_named_pools(control_plane
     assert s["roles"]["actor"]["ready"] == 2 and s["roles"]["critic"]["ready"] == 1
     assert any(c["type"] == "Running" and c["status"] == "True" for c in s["conditions"])
     initialized = next(c for c in s["conditions"] if c["type"] == "Initialized")
-    assert initialized["status"] == "True" and initialized["reason"] == "CacheReady" and "3100000000 bytes fetched" in initialized["message"]
+    assert (
+        initialized["status"] == "True" and initialized["reason"] == "CacheReady" and "3100000000 bytes fetched" in initialized["message"]
+    )
     assert s["initialization"]["repos"][0]["commit"] == COMMIT and s["initialization"]["fetchedBytes"] == 3_100_000_000
     assert "initializer" not in s["roles"]  # its pod is nobody's rank
 
@@ -167,8 +215,15 @@ def test_a_cache_of_a_size_is_a_claim_the_job_owns(control_plane, operator) -> N
     assert claim.spec.resources.requests["storage"] == "20Gi"
     assert claim.metadata.owner_references[0].kind == "RLJob"
     # No provisioner here: the claim stays Pending and the status says why the initializer waits.
-    s = eventually(lambda: (s := status(plane, ns, "own-cache")) and "not scheduled" in next(
-        c for c in s["conditions"] if c["type"] == "Initializing")["message"] and s, 60, "the unbound claim in the status")
+    s = eventually(
+        lambda: (
+            (s := status(plane, ns, "own-cache"))
+            and "not scheduled" in next(c for c in s["conditions"] if c["type"] == "Initializing")["message"]
+            and s
+        ),
+        60,
+        "the unbound claim in the status",
+    )
     assert "persistentvolumeclaim" in next(c for c in s["conditions"] if c["type"] == "Initializing")["message"].lower()
 
 
@@ -227,8 +282,9 @@ def test_a_pod_gone_before_it_is_read_is_named_by_its_roles_job(control_plane, o
     wait_phase(plane, ns, "lost", "Running")
     [_, victim] = sorted(live_pods(plane, ns, "lost"), key=lambda p: p.metadata.name)
     core = client.CoreV1Api(plane.api_client())
-    core.patch_namespaced_pod(victim.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail",
-                                                                                      "kuberl.dev/kwok-exit-code": "137"}}})
+    core.patch_namespaced_pod(
+        victim.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-exit-code": "137"}}}
+    )
     # Once its Job has counted it (kwok's deletion drops the Job controller's finalizer, which a kubelet would not),
     # or JobSet has already recreated the Jobs (the victim's Job, of one pod, failed at once):
     batch = client.BatchV1Api(plane.api_client())
@@ -248,8 +304,10 @@ def test_a_pod_gone_before_it_is_read_is_named_by_its_roles_job(control_plane, o
     assert (kept["attempt"], kept["role"]) == (0, "actor"), kept
     events = core.list_namespaced_event(ns, field_selector="involvedObject.name=lost").items
     restart = [e.message for e in events if e.reason == "GangRestart"]
-    assert restart and ("a pod of role actor failed (its Job lost-actor-peers-0" in restart[0]
-                        or f"pod {victim.metadata.name} (role actor) failed" in restart[0]), restart
+    assert restart and (
+        "a pod of role actor failed (its Job lost-actor-peers-0" in restart[0]
+        or f"pod {victim.metadata.name} (role actor) failed" in restart[0]
+    ), restart
 
 
 def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once(control_plane, operator) -> None:
@@ -261,16 +319,29 @@ def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once(control_pl
     ns = new_namespace(plane, "not-retryable")
     create(plane, ns, small_job("doomed", runPolicy={"backoffLimit": 2}))
     wait_phase(plane, ns, "doomed", "Running")
-    said = TrainerFailure(reason="ModelNotFound", retryable=False, role="actor", rank=1,
-                          message="ModelNotFound: model.path: /models/smollm2 is not a Hugging Face folder (no config.json)")
+    said = TrainerFailure(
+        reason="ModelNotFound",
+        retryable=False,
+        role="actor",
+        rank=1,
+        message="ModelNotFound: model.path: /models/smollm2 is not a Hugging Face folder (no config.json)",
+    )
     [_, second] = sorted(live_pods(plane, ns, "doomed"), key=lambda p: p.metadata.name)
-    client.CoreV1Api(plane.api_client()).patch_namespaced_pod(second.metadata.name, ns, {"metadata": {"annotations": {
-        EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-exit-code": "3", "kuberl.dev/kwok-message": said.to_json()}}})
+    client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
+        second.metadata.name,
+        ns,
+        {
+            "metadata": {
+                "annotations": {EXIT_ANNOTATION: "fail", "kuberl.dev/kwok-exit-code": "3", "kuberl.dev/kwok-message": said.to_json()}
+            }
+        },
+    )
     s = wait_phase(plane, ns, "doomed", "Failed", 60)
     failed = next(c for c in s["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "ModelNotFound" and s["restarts"] == 0, failed
-    assert failed["message"] == (f"pod {second.metadata.name} (role actor, rank 1): {said.message}; "
-                                 "not retried: a restart would fail the same way")
+    assert failed["message"] == (
+        f"pod {second.metadata.name} (role actor, rank 1): {said.message}; not retried: a restart would fail the same way"
+    )
     events = client.CoreV1Api(plane.api_client()).list_namespaced_event(ns, field_selector="involvedObject.name=doomed").items
     assert any(e.reason == "ModelNotFound" and e.type == "Warning" for e in events)
 
@@ -300,11 +371,14 @@ def test_deleting_the_rljob_removes_every_child(control_plane, operator) -> None
 
     def nothing_left() -> bool:
         selector = "kuberl.dev/job=doomed"
-        return not (jobsets(plane, ns) or batch.list_namespaced_job(ns, label_selector=selector).items
-                    or core.list_namespaced_pod(ns, label_selector=selector).items
-                    or core.list_namespaced_service(ns, label_selector=selector).items
-                    or core.list_namespaced_config_map(ns, label_selector=selector).items
-                    or core.list_namespaced_service_account(ns, label_selector=selector).items)
+        return not (
+            jobsets(plane, ns)
+            or batch.list_namespaced_job(ns, label_selector=selector).items
+            or core.list_namespaced_pod(ns, label_selector=selector).items
+            or core.list_namespaced_service(ns, label_selector=selector).items
+            or core.list_namespaced_config_map(ns, label_selector=selector).items
+            or core.list_namespaced_service_account(ns, label_selector=selector).items
+        )
 
     eventually(nothing_left, 90, "the garbage collector to remove every child")
 
@@ -341,13 +415,20 @@ def test_progress_reaches_the_status_through_the_trainers_one_configmap(control_
     wait_phase(plane, ns, "reporting", "Running")
     token = trainer_token(plane, ns, "reporting")
     as_trainer = plane.api_client(token=token)
-    report = {"step": 7, "totalSteps": 10, "rewardMean": 0.625, "kl": 0.01, "tokensPerSecond": 240.0,
-              "lastCheckpoint": {"step": 5, "path": "/checkpoints/step-5"}}
+    report = {
+        "step": 7,
+        "totalSteps": 10,
+        "rewardMean": 0.625,
+        "kl": 0.01,
+        "tokensPerSecond": 240.0,
+        "lastCheckpoint": {"step": 5, "path": "/checkpoints/step-5"},
+    }
 
     def write_report() -> bool:  # the RoleBinding may take a moment to reach the authorizer
         try:
             client.CoreV1Api(as_trainer).patch_namespaced_config_map(
-                "reporting-progress", ns, {"data": {"progress.json": json.dumps(report)}})
+                "reporting-progress", ns, {"data": {"progress.json": json.dumps(report)}}
+            )
             return True
         except ApiException as exc:
             assert exc.status == 403
@@ -363,7 +444,8 @@ def test_progress_reaches_the_status_through_the_trainers_one_configmap(control_
     # Least privilege: the trainer can touch nothing else.
     for attempt in (
         lambda: client.CustomObjectsApi(as_trainer).patch_namespaced_custom_object_status(
-            GROUP, VERSION, ns, PLURAL, "reporting", {"status": {"step": 99}}),
+            GROUP, VERSION, ns, PLURAL, "reporting", {"status": {"step": 99}}
+        ),
         lambda: client.CoreV1Api(as_trainer).read_namespaced_config_map("reporting-config", ns),
         lambda: client.CoreV1Api(as_trainer).list_namespaced_pod(ns),
     ):
@@ -379,7 +461,8 @@ def test_success_of_the_actor_ends_the_job(control_plane, operator) -> None:
     wait_phase(plane, ns, "finisher", "Running")
     for pod in live_pods(plane, ns, "finisher"):
         client.CoreV1Api(plane.api_client()).patch_namespaced_pod(
-            pod.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}})
+            pod.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}}
+        )
     s = wait_phase(plane, ns, "finisher", "Succeeded")
     assert s["completionTime"] and s["roles"]["actor"]["succeeded"] == 2
 
@@ -389,13 +472,25 @@ def test_separate_placement_runs_the_rollout_role_as_pods_of_the_jobset(control_
     their own replicas and GPUs, ranks after the actor's, trainer peers in the NetworkPolicy, a role in the status."""
     plane = control_plane
     ns = new_namespace(plane, "async")
-    h100 = {"nodeSelector": {"kuberl.dev/pool": "gpu-h100"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
-    doc = small_job("fleet", algorithm={"name": "grpo", "async": {"maxStaleness": 1}},
-                    rollout={"samplesPerPrompt": 4, "placement": "separate"},
-                    roles={"actor": {"replicas": 1, "gpusPerReplica": 1, **h100, "resources": {"requests": {"memory": "8Gi"}},
-                                     "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}]},
-                           "rollout": {"replicas": 2, "gpusPerReplica": 2}})
+    h100 = {
+        "nodeSelector": {"kuberl.dev/pool": "gpu-h100"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    }
+    doc = small_job(
+        "fleet",
+        algorithm={"name": "grpo", "async": {"maxStaleness": 1}},
+        rollout={"samplesPerPrompt": 4, "placement": "separate"},
+        roles={
+            "actor": {
+                "replicas": 1,
+                "gpusPerReplica": 1,
+                **h100,
+                "resources": {"requests": {"memory": "8Gi"}},
+                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+            },
+            "rollout": {"replicas": 2, "gpusPerReplica": 2},
+        },
+    )
     create(plane, ns, doc)
     s = wait_phase(plane, ns, "fleet", "Running", 90)
     assert s["roles"]["actor"]["ready"] == 1 and s["roles"]["rollout"]["ready"] == 2
@@ -418,7 +513,11 @@ def test_separate_placement_runs_the_rollout_role_as_pods_of_the_jobset(control_
         container = pod.spec.containers[0]
         env = {e.name: e.value for e in container.env}
         assert (env["KUBERL_ROLE"], env["KUBERL_ROLE_RANK_OFFSET"], env["KUBERL_PROCS_PER_POD"], env["WORLD_SIZE"]) == (
-            "rollout", "1", "2", "5")
+            "rollout",
+            "1",
+            "2",
+            "5",
+        )
         assert env["MASTER_ADDR"] == f"fleet-actor-0-0.fleet.{ns}.svc"
         assert container.command == ["kuberl", "worker"]
         assert container.resources.limits == {"nvidia.com/gpu": "2"} and container.resources.requests["memory"] == "8Gi"

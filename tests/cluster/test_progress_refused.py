@@ -34,8 +34,9 @@ def test_a_refused_progress_report_makes_one_warning_event(control_plane, operat
             return False
 
     def refusals() -> list[client.CoreV1Event]:
-        return [e for e in core.list_namespaced_event(ns, field_selector="involvedObject.name=reporting").items
-                if e.reason == "ProgressRefused"]
+        return [
+            e for e in core.list_namespaced_event(ns, field_selector="involvedObject.name=reporting").items if e.reason == "ProgressRefused"
+        ]
 
     eventually(lambda: write({"step": 3, "totalSteps": 10}), 20, "the trainer's Role to apply")
     eventually(lambda: status(plane, ns, "reporting").get("step") == 3, 30, "the good step in the status")

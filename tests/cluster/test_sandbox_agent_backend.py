@@ -24,10 +24,17 @@ from kuberl.operator.testing.rljobs import create, eventually, get, live_pods, n
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GROUP, VERSION = "extensions.agents.x-k8s.io", "v1beta1"
-CRDS = ("sandboxes.agents.x-k8s.io", "sandboxclaims.extensions.agents.x-k8s.io",
-        "sandboxtemplates.extensions.agents.x-k8s.io", "sandboxwarmpools.extensions.agents.x-k8s.io")
-ROLLOUT = {"samplesPerPrompt": 4, "maxNewTokens": 64,
-           "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256, "sandbox": {"backend": "agentSandbox", "replicas": 2}}}
+CRDS = (
+    "sandboxes.agents.x-k8s.io",
+    "sandboxclaims.extensions.agents.x-k8s.io",
+    "sandboxtemplates.extensions.agents.x-k8s.io",
+    "sandboxwarmpools.extensions.agents.x-k8s.io",
+)
+ROLLOUT = {
+    "samplesPerPrompt": 4,
+    "maxNewTokens": 64,
+    "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256, "sandbox": {"backend": "agentSandbox", "replicas": 2}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +78,18 @@ def test_without_the_crds_the_job_waits_then_starts_once_they_are_installed(cont
         pytest.skip("the agent-sandbox CRDs are already installed in this session's control plane (this test must run first)")
     ns = new_namespace(plane, "agent-missing")
     create(plane, ns, small_job("tools", rollout=ROLLOUT))
-    held = eventually(lambda: next((c for c in (get(plane, ns, "tools").get("status") or {}).get("conditions", [])
-                                    if c["type"] == "MissingAPI" and c["status"] == "True"), None), 60, "the MissingAPI condition")
+    held = eventually(
+        lambda: next(
+            (
+                c
+                for c in (get(plane, ns, "tools").get("status") or {}).get("conditions", [])
+                if c["type"] == "MissingAPI" and c["status"] == "True"
+            ),
+            None,
+        ),
+        60,
+        "the MissingAPI condition",
+    )
     assert "SandboxTemplate" in held["message"] and "agent-sandbox" in held["message"] and "backend: pods" in held["message"]
     assert get(plane, ns, "tools")["status"]["phase"] == "Pending" and not live_pods(plane, ns, "tools")
     events = client.CoreV1Api(plane.api_client()).list_namespaced_event(ns).items
@@ -103,11 +120,21 @@ def test_the_controller_makes_the_warm_pools_pods_from_the_template(control_plan
     assert not apps.list_namespaced_deployment(ns).items  # no Deployment with this backend
 
     # The controller's Sandboxes (owned by the warm pool) and their Pods (owned by each Sandbox).
-    sandboxes = eventually(lambda: (s := client.CustomObjectsApi(api).list_namespaced_custom_object(
-        "agents.x-k8s.io", "v1beta1", ns, "sandboxes")["items"]) and len(s) == 2 and s, 90, "the warm pool's two Sandboxes")
+    sandboxes = eventually(
+        lambda: (
+            (s := client.CustomObjectsApi(api).list_namespaced_custom_object("agents.x-k8s.io", "v1beta1", ns, "sandboxes")["items"])
+            and len(s) == 2
+            and s
+        ),
+        90,
+        "the warm pool's two Sandboxes",
+    )
     assert {s["metadata"]["ownerReferences"][0]["kind"] for s in sandboxes} == {"SandboxWarmPool"}
-    pods = eventually(lambda: len(p := core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items) == 2 and p,
-                      90, "the warm pool's two pods, made by the agent-sandbox controller")
+    pods = eventually(
+        lambda: len(p := core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items) == 2 and p,
+        90,
+        "the warm pool's two pods, made by the agent-sandbox controller",
+    )
     service = core.read_namespaced_service("tools-sandbox", ns)
     policy = net.read_namespaced_network_policy("tools-sandbox", ns)
     for pod in pods:
@@ -126,8 +153,11 @@ def test_the_controller_makes_the_warm_pools_pods_from_the_template(control_plan
         assert all(labels.get(k) == v for k, v in policy.spec.pod_selector.match_labels.items())
         assert "kuberl.dev/job" not in labels and pod.spec.dns_policy == "ClusterFirst"
     # Ours is the only policy on the sandbox pods: the template's is Unmanaged, so the controller makes none.
-    policies = [p.metadata.name for p in net.list_namespaced_network_policy(ns).items
-                if all((pods[0].metadata.labels or {}).get(k) == v for k, v in (p.spec.pod_selector.match_labels or {}).items())]
+    policies = [
+        p.metadata.name
+        for p in net.list_namespaced_network_policy(ns).items
+        if all((pods[0].metadata.labels or {}).get(k) == v for k, v in (p.spec.pod_selector.match_labels or {}).items())
+    ]
     assert policies == ["tools-sandbox"]
 
     # Suspended: the warm pool goes, and the pods with it; the template stays.
@@ -135,16 +165,28 @@ def test_the_controller_makes_the_warm_pools_pods_from_the_template(control_plan
     custom.patch_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools", {"spec": {"runPolicy": {"suspend": True}}})
     wait_phase(plane, ns, "tools", "Suspended", timeout=60)
     eventually(lambda: not _custom(plane, ns, "sandboxwarmpools"), 60, "the SandboxWarmPool gone while suspended")
-    eventually(lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items, 90,
-               "the sandbox pods gone while suspended")
+    eventually(
+        lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items,
+        90,
+        "the sandbox pods gone while suspended",
+    )
     assert _custom(plane, ns, "sandboxtemplates")
     custom.patch_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools", {"spec": {"runPolicy": {"suspend": False}}})
     wait_phase(plane, ns, "tools", "Running", timeout=90)
-    eventually(lambda: len(core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items) == 2, 90,
-               "the sandbox pods back after the resume")
+    eventually(
+        lambda: len(core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items) == 2,
+        90,
+        "the sandbox pods back after the resume",
+    )
 
     custom.delete_namespaced_custom_object("kuberl.dev", "v1alpha1", ns, "rljobs", "tools")
-    eventually(lambda: not _custom(plane, ns, "sandboxtemplates") and not _custom(plane, ns, "sandboxwarmpools"), 90,
-               "the SandboxTemplate and SandboxWarmPool gone with the RLJob")
-    eventually(lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items, 90,
-               "the sandbox pods gone with the RLJob")
+    eventually(
+        lambda: not _custom(plane, ns, "sandboxtemplates") and not _custom(plane, ns, "sandboxwarmpools"),
+        90,
+        "the SandboxTemplate and SandboxWarmPool gone with the RLJob",
+    )
+    eventually(
+        lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items,
+        90,
+        "the sandbox pods gone with the RLJob",
+    )

@@ -54,8 +54,9 @@ def test_a_job_with_a_python_tool_gets_its_sandbox_pods(control_plane, operator)
     assert service.spec.cluster_ip == "None"
 
     # The pods the ReplicaSet made, and the trainer pods, against the policy's selectors.
-    sandbox_pods = eventually(lambda: core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items or None,
-                              60, "the sandbox pods")
+    sandbox_pods = eventually(
+        lambda: core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items or None, 60, "the sandbox pods"
+    )
     trainers = live_pods(plane, ns, "tools")
     everyone = core.list_namespaced_pod(ns).items
     assert len(sandbox_pods) == 2 and len(trainers) == 2
@@ -93,8 +94,7 @@ def test_a_finished_job_holds_no_sandbox_pods(control_plane, operator) -> None:
         core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"annotations": {EXIT_ANNOTATION: "succeed"}}})
     wait_phase(plane, ns, "tools", "Succeeded", timeout=90)
     eventually(lambda: not apps.list_namespaced_deployment(ns).items, 60, "the sandbox Deployment gone after the job finished")
-    eventually(lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items, 60,
-               "the sandbox pods gone")
+    eventually(lambda: not core.list_namespaced_pod(ns, label_selector="kuberl.dev/sandbox=tools").items, 60, "the sandbox pods gone")
     assert get(plane, ns, "tools")["status"]["phase"] == "Succeeded"
 
 
@@ -124,23 +124,38 @@ def test_the_api_server_holds_egress_to_its_rules_and_the_policy_lets_out_what_i
     ns = new_namespace(plane, "sandbox-egress")
 
     def rollout(sandbox: dict) -> dict:
-        return {"samplesPerPrompt": 4, "maxNewTokens": 64,
-                "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256, "sandbox": sandbox}}
+        return {
+            "samplesPerPrompt": 4,
+            "maxNewTokens": 64,
+            "multiTurn": {"tools": [{"name": "python"}], "maxTotalTokens": 256, "sandbox": sandbox},
+        }
 
-    for bad, words in [([{"cidr": "300.0.0.0/8"}], "no host bits"), ([{"cidr": "169.254.169.254/32"}], "link-local"),
-                       ([{"cidr": "10.0.0.0/8", "ports": [{"port": 90, "endPort": 80}]}], "endPort"),
-                       ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress")]:
+    for bad, words in [
+        ([{"cidr": "300.0.0.0/8"}], "no host bits"),
+        ([{"cidr": "169.254.169.254/32"}], "link-local"),
+        ([{"cidr": "10.0.0.0/8", "ports": [{"port": 90, "endPort": 80}]}], "endPort"),
+        ([{"cidr": f"10.{i}.0.0/16"} for i in range(17)], "egress"),
+    ]:
         with pytest.raises(ApiException) as refused:
             create(plane, ns, small_job("bad", rollout=rollout({"egress": bad})))
         assert refused.value.status == 422 and words in refused.value.body, refused.value.body
 
-    egress = [{"cidr": "0.0.0.0/0", "ports": [{"port": 443}]}, {"cidr": "203.0.113.0/24", "ports": [{"protocol": "UDP", "port": 4000, "endPort": 4010}]}]
+    egress = [
+        {"cidr": "0.0.0.0/0", "ports": [{"port": 443}]},
+        {"cidr": "203.0.113.0/24", "ports": [{"protocol": "UDP", "port": 4000, "endPort": 4010}]},
+    ]
     create(plane, ns, small_job("tools", rollout=rollout({"egress": egress, "dns": True})))
     net = client.NetworkingV1Api(plane.api_client())
-    policy = eventually(lambda: next((p for p in net.list_namespaced_network_policy(ns).items if p.metadata.name == "tools-sandbox"), None),
-                        60, "the sandbox NetworkPolicy")
+    policy = eventually(
+        lambda: next((p for p in net.list_namespaced_network_policy(ns).items if p.metadata.name == "tools-sandbox"), None),
+        60,
+        "the sandbox NetworkPolicy",
+    )
     rules = policy.spec.egress
-    assert [(r.to[0].ip_block.cidr, r.to[0].ip_block._except) for r in rules[:2]] == [("0.0.0.0/0", ["169.254.0.0/16"]), ("203.0.113.0/24", None)]
+    assert [(r.to[0].ip_block.cidr, r.to[0].ip_block._except) for r in rules[:2]] == [
+        ("0.0.0.0/0", ["169.254.0.0/16"]),
+        ("203.0.113.0/24", None),
+    ]
     assert [(p.protocol, p.port, p.end_port) for p in rules[1].ports] == [("UDP", 4000, 4010)]
     assert [(p.protocol, p.port) for p in rules[2].ports] == [("UDP", 53), ("TCP", 53)] and len(rules) == 3
 

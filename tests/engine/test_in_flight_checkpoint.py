@@ -21,14 +21,19 @@ def test_a_kept_completion_reads_back_as_it_was() -> None:
     assert p.kept == {4: [c]}
 
 
-@pytest.mark.parametrize("kept, says", [
-    ([1, 2], "not a map of steps to completions"),
-    ({"4": []}, "not a map of steps to completions"),
-    ({4: [{"prompt_index": 0, "token_ids": [1], "logprobs": [0.0], "finished_by_stop": True}]}, "Field required"),
-    ({4: [{"prompt_index": 0, "token_ids": ["1"], "logprobs": [0.0], "finished_by_stop": True, "versions": [1]}]}, "valid integer"),
-    ({4: [{"prompt_index": 0, "token_ids": [1], "logprobs": [0.0], "finished_by_stop": True, "versions": [1], "code": "x"}]},
-     "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    "kept, says",
+    [
+        ([1, 2], "not a map of steps to completions"),
+        ({"4": []}, "not a map of steps to completions"),
+        ({4: [{"prompt_index": 0, "token_ids": [1], "logprobs": [0.0], "finished_by_stop": True}]}, "Field required"),
+        ({4: [{"prompt_index": 0, "token_ids": ["1"], "logprobs": [0.0], "finished_by_stop": True, "versions": [1]}]}, "valid integer"),
+        (
+            {4: [{"prompt_index": 0, "token_ids": [1], "logprobs": [0.0], "finished_by_stop": True, "versions": [1], "code": "x"}]},
+            "Extra inputs",
+        ),
+    ],
+)
 def test_anything_else_is_refused_saying_what(kept, says: str) -> None:
     with pytest.raises(InFlightRefused, match=says):
         pipeline().restore(kept)

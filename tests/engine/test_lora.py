@@ -36,16 +36,23 @@ def lora_model(tmp_path_factory) -> tuple[Path, Path]:
     """A small random Llama with grouped queries (4 heads, 2 KV heads, 4 layers) and a batch."""
     directory = tmp_path_factory.mktemp("lora")
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      rms_norm_eps=1e-5, tie_word_embeddings=False)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+    )
     transformers.LlamaForCausalLM(config).float().save_pretrained(directory / "model")
     gen = torch.Generator().manual_seed(1)
     lengths = [(5, 4), (3, 6), (7, 2), (4, 5)]
     prompts = [torch.randint(1, 256, (p,), generator=gen).tolist() for p, _ in lengths]
     responses = [torch.randint(1, 256, (r,), generator=gen).tolist() for _, r in lengths]
-    torch.save({"prompts": prompts, "responses": responses, "advantages": torch.randn(4, 8, generator=gen)},
-               directory / "batch.pt")
+    torch.save({"prompts": prompts, "responses": responses, "advantages": torch.randn(4, 8, generator=gen)}, directory / "batch.pt")
     return directory / "model", directory / "batch.pt"
 
 
@@ -53,10 +60,35 @@ def run_lora(model: Path, batch: Path, out: Path, tp: int, pp: int, dp: int, lor
     world = tp * pp * dp
     port = free_port()
     logs = [out.with_suffix(f".rank{r}.log") for r in range(world)]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--port", str(port),
-                               "--tp", str(tp), "--pp", str(pp), "--model", str(model), "--batch", str(batch),
-                               "--lora", json.dumps(lora), "--out", str(out)],
-                              stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--port",
+                str(port),
+                "--tp",
+                str(tp),
+                "--pp",
+                str(pp),
+                "--model",
+                str(model),
+                "--batch",
+                str(batch),
+                "--lora",
+                json.dumps(lora),
+                "--out",
+                str(out),
+            ],
+            stdout=open(logs[r], "w"),
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(world)
+    ]
     wait_for_ranks(procs, logs, timeout=400)
     return torch.load(out, weights_only=False)
 
@@ -69,8 +101,8 @@ def transformers_logprobs(model: Path, state: dict[str, torch.Tensor], batch: Pa
     out = torch.zeros(len(blob["prompts"]), width)
     with torch.no_grad():
         for i, (p, r) in enumerate(zip(blob["prompts"], blob["responses"])):
-            logits = hf(torch.tensor([p + r])).logits[0, len(p) - 1:-1]
-            out[i, :len(r)] = logits.log_softmax(-1).gather(-1, torch.tensor(r)[:, None])[:, 0]
+            logits = hf(torch.tensor([p + r])).logits[0, len(p) - 1 : -1]
+            out[i, : len(r)] = logits.log_softmax(-1).gather(-1, torch.tensor(r)[:, None])[:, 0]
     return out
 
 
@@ -125,8 +157,12 @@ def test_dropout_masks_agree_across_tp_ranks(lora_model, tmp_path: Path) -> None
 
     out = run_lora(*lora_model, tmp_path / "out.pt", 2, 1, 1, lora={**LORA, "dropout": 0.2})
     zero, one = out["shards"][(0, 0)], out["shards"][(0, 1)]
-    replicated = [n for n in zero if (n.endswith(".A") and split_kind(n.split(".lora_")[1][:-2]) == "column")
-                  or (n.endswith(".B") and split_kind(n.split(".lora_")[1][:-2]) == "row")]
+    replicated = [
+        n
+        for n in zero
+        if (n.endswith(".A") and split_kind(n.split(".lora_")[1][:-2]) == "column")
+        or (n.endswith(".B") and split_kind(n.split(".lora_")[1][:-2]) == "row")
+    ]
     assert len(replicated) == 4 * 7
     assert all(torch.equal(zero[n], one[n]) for n in replicated)
     assert any(not torch.equal(zero[n], one[n]) for n in zero if n.endswith(".B") and n not in replicated)
@@ -140,9 +176,20 @@ def test_adapter_shards_gather_back_to_the_full_adapter(tp: int, pp: int) -> Non
     from kuberl.engine.models.convert import stage_layers
     from kuberl.engine.models.lora_layout import megatron_name
 
-    arch = LlamaArch(vocab_size=8, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     head_dim=4, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=8,
-                     tie_word_embeddings=False, qkv_bias=False)
+    arch = LlamaArch(
+        vocab_size=8,
+        hidden_size=16,
+        intermediate_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=4,
+        rms_norm_eps=1e-5,
+        rope_theta=1e4,
+        max_position_embeddings=8,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+    )
     targets = list(LoRASpec().target_modules)
     full = {}
     for layer in range(2):
@@ -167,9 +214,20 @@ def test_adapter_shards_gather_back_to_the_full_adapter(tp: int, pp: int) -> Non
 
 
 def test_initial_adapter_is_the_same_in_every_layout_and_adds_nothing() -> None:
-    arch = LlamaArch(vocab_size=8, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                     head_dim=4, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=8,
-                     tie_word_embeddings=False, qkv_bias=False)
+    arch = LlamaArch(
+        vocab_size=8,
+        hidden_size=16,
+        intermediate_size=32,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=4,
+        rms_norm_eps=1e-5,
+        rope_theta=1e4,
+        max_position_embeddings=8,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+    )
     a, b = init_pair(arch, "q", 8, layer=1, seed=3)
     again, _ = init_pair(arch, "q", 8, layer=1, seed=3)
     assert torch.equal(a, again) and not torch.equal(a, init_pair(arch, "q", 8, layer=0, seed=3)[0])
@@ -185,11 +243,24 @@ def test_a_lora_job_refuses_a_reference_on_ranks_of_its_own(tmp_path: Path) -> N
 
     def config(ref: dict):
         job = tmp_path / "job.yaml"
-        job.write_text(yaml.safe_dump({"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "j"}, "spec": {
-            "model": {"path": str(tmp_path)}, "data": {"train": {"generator": {"name": "arithmetic", "count": 8}}},
-            "algorithm": {"name": "grpo", "klCoef": 0.05}, "rollout": {"samplesPerPrompt": 4},
-            "reward": {"rules": [{"name": "math_answer"}]}, "roles": {"actor": {"replicas": 1}, "ref": ref},
-            "trainer": {"totalSteps": 1, "promptsPerStep": 2, "lora": {"rank": 8}}}}))
+        job.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kuberl.dev/v1alpha1",
+                    "kind": "RLJob",
+                    "metadata": {"name": "j"},
+                    "spec": {
+                        "model": {"path": str(tmp_path)},
+                        "data": {"train": {"generator": {"name": "arithmetic", "count": 8}}},
+                        "algorithm": {"name": "grpo", "klCoef": 0.05},
+                        "rollout": {"samplesPerPrompt": 4},
+                        "reward": {"rules": [{"name": "math_answer"}]},
+                        "roles": {"actor": {"replicas": 1}, "ref": ref},
+                        "trainer": {"totalSteps": 1, "promptsPerStep": 2, "lora": {"rank": 8}},
+                    },
+                }
+            )
+        )
         return engine_config(load_one(job))
 
     check_supported(config({"colocateWith": "actor"}))  # the base with the adapter off, on the actor's ranks

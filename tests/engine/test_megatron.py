@@ -21,39 +21,69 @@ from kuberl.engine.models.convert import fuse_qkv, hf_to_megatron, megatron_to_h
 from .rank_processes import wait_for_ranks
 
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
-LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192}
+LLAMA31_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 # Rope scalings past an 8192-token original context, on rope_theta 10000: with a head size of 16, YaRN's correction
 # range (beta_fast 32, beta_slow 1) is dimensions 3-7 of 8, so it interpolates some, extrapolates some and ramps between.
-SCALED_ROPE = {"linear": {"rope_type": "linear", "factor": 4.0},
-               "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
-               "qwen3_yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}}
+SCALED_ROPE = {
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+    "qwen3_yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+}
 
 
 def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
     """A small random model of `kind`, its batch, and transformers' logits, loss and gradients."""
     torch.manual_seed(0)
-    common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5)
+    common = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+    )
     positions = None
     if kind == "llama":
         config = transformers.LlamaConfig(**common, tie_word_embeddings=False)
         model = transformers.LlamaForCausalLM(config)
     elif kind == "llama3":  # Llama 3.1's rope scaling, read at positions past its original 8192-token context
         # Larger weights than the default init: attention then weighs positions enough for the rope to show in the logits.
-        config = transformers.LlamaConfig(**{**common, "max_position_embeddings": 131072}, tie_word_embeddings=False,
-                                          rope_theta=500000.0, rope_scaling=LLAMA31_ROPE, initializer_range=0.2)
+        config = transformers.LlamaConfig(
+            **{**common, "max_position_embeddings": 131072},
+            tie_word_embeddings=False,
+            rope_theta=500000.0,
+            rope_scaling=LLAMA31_ROPE,
+            initializer_range=0.2,
+        )
         model = transformers.LlamaForCausalLM(config)
         positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
     elif kind in ("linear", "yarn"):  # Llama with linear (position interpolation) or YaRN scaling, read past 8192
-        config = transformers.LlamaConfig(**{**common, "max_position_embeddings": 32768}, tie_word_embeddings=False,
-                                          rope_theta=10000.0, rope_scaling=SCALED_ROPE[kind], initializer_range=0.2)
+        config = transformers.LlamaConfig(
+            **{**common, "max_position_embeddings": 32768},
+            tie_word_embeddings=False,
+            rope_theta=10000.0,
+            rope_scaling=SCALED_ROPE[kind],
+            initializer_range=0.2,
+        )
         model = transformers.LlamaForCausalLM(config)
         positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
     elif kind == "qwen3_yarn":  # Qwen3's long-context recipe: YaRN, after its per-head q/k norms
-        config = transformers.Qwen3Config(**{**common, "max_position_embeddings": 32768}, head_dim=16,
-                                          tie_word_embeddings=True, rope_theta=10000.0, rope_scaling=SCALED_ROPE[kind],
-                                          initializer_range=0.2)
+        config = transformers.Qwen3Config(
+            **{**common, "max_position_embeddings": 32768},
+            head_dim=16,
+            tie_word_embeddings=True,
+            rope_theta=10000.0,
+            rope_scaling=SCALED_ROPE[kind],
+            initializer_range=0.2,
+        )
         model = transformers.Qwen3ForCausalLM(config)
         positions = torch.arange(9000, 9016).unsqueeze(0).expand(2, 16)
     elif kind == "qwen3":  # per-head RMSNorm of q and k, a head size apart from hidden / heads, tied embeddings
@@ -75,18 +105,25 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
     model = model.float()
     ids = torch.randint(0, config.vocab_size, (2, 16))
     path = directory / f"{kind}.pt"
-    torch.save({"hf_config": config.to_dict(), "state_dict": {k: v.clone() for k, v in model.state_dict().items()},
-                "input_ids": ids, **({"position_ids": positions} if positions is not None else {})}, path)
+    torch.save(
+        {
+            "hf_config": config.to_dict(),
+            "state_dict": {k: v.clone() for k, v in model.state_dict().items()},
+            "input_ids": ids,
+            **({"position_ids": positions} if positions is not None else {}),
+        },
+        path,
+    )
     logits = model(ids, position_ids=positions).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, config.vocab_size), torch.roll(ids, -1, dims=1).reshape(-1))
     loss.backward()
-    reference = {"logits": logits.detach(), "loss": loss.detach(),
-                 "grads": {n: p.grad.detach() for n, p in model.named_parameters()}}
+    reference = {"logits": logits.detach(), "loss": loss.detach(), "grads": {n: p.grad.detach() for n, p in model.named_parameters()}}
     return path, reference
 
 
-def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Path | None = None,
-               optimizer_step: bool = False, ddp: bool = False) -> dict:
+def run_layout(
+    model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Path | None = None, optimizer_step: bool = False, ddp: bool = False
+) -> dict:
     world = tp * pp * dp
     port = free_port()
     logs = [out.with_suffix(f".rank{r}.log") for r in range(world)]
@@ -97,9 +134,27 @@ def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Pat
         extra += ["--optimizer-step"]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--port", str(port),
-             "--tp", str(tp), "--pp", str(pp), *extra, "--model", str(model), "--out", str(out)],
-            stdout=open(logs[r], "w"), stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                str(WORKER),
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--port",
+                str(port),
+                "--tp",
+                str(tp),
+                "--pp",
+                str(pp),
+                *extra,
+                "--model",
+                str(model),
+                "--out",
+                str(out),
+            ],
+            stdout=open(logs[r], "w"),
+            stderr=subprocess.STDOUT,
         )
         for r in range(world)
     ]
@@ -110,8 +165,10 @@ def run_layout(model: Path, out: Path, tp: int, pp: int, dp: int, hf_folder: Pat
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     directory = tmp_path_factory.mktemp("models")
-    return {kind: make_model(kind, directory)
-            for kind in ("llama", "qwen2", "llama3", "qwen3", "mistral", "padded", "linear", "yarn", "qwen3_yarn")}
+    return {
+        kind: make_model(kind, directory)
+        for kind in ("llama", "qwen2", "llama3", "qwen3", "mistral", "padded", "linear", "yarn", "qwen3_yarn")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +185,17 @@ def _batch_first(logits: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 # only known to its ulp, 9000 x 2^-24 ~ 5e-4 rad, and transformers and megatron-core compute it in other orders:
 # the llama3 model's logits (up to ~6 with its larger init) agree to about 1e-4 of their size, not 1e-5. So do the
 # linear and YaRN models' (YaRN's cos/sin scale of 1.14 weighs that error by 1.3; at positions 0-15 they agree to 1e-5).
-TOLERANCE = {"llama": (1e-4, 1e-5, 1e-5), "qwen2": (1e-4, 1e-5, 1e-5), "qwen3": (1e-4, 1e-5, 1e-5), "mistral": (1e-4, 1e-5, 1e-5),
-             "padded": (1e-4, 1e-5, 1e-5), "llama3": (2e-3, 2e-4, 2e-3), "linear": (2e-3, 2e-4, 2e-3),
-             "yarn": (3e-3, 3e-4, 3e-3), "qwen3_yarn": (3e-3, 3e-4, 3e-3)}
+TOLERANCE = {
+    "llama": (1e-4, 1e-5, 1e-5),
+    "qwen2": (1e-4, 1e-5, 1e-5),
+    "qwen3": (1e-4, 1e-5, 1e-5),
+    "mistral": (1e-4, 1e-5, 1e-5),
+    "padded": (1e-4, 1e-5, 1e-5),
+    "llama3": (2e-3, 2e-4, 2e-3),
+    "linear": (2e-3, 2e-4, 2e-3),
+    "yarn": (3e-3, 3e-4, 3e-3),
+    "qwen3_yarn": (3e-3, 3e-4, 3e-3),
+}
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "llama3", "qwen3", "mistral", "linear", "yarn", "qwen3_yarn"])
@@ -148,8 +213,20 @@ def test_one_process_matches_transformers(models, single, kind: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "tp", "pp", "dp"),
-    [("llama", 2, 1, 1), ("llama", 1, 2, 1), ("llama", 2, 2, 1), ("llama", 1, 1, 2), ("qwen2", 2, 1, 1), ("qwen2", 1, 2, 1),
-     ("llama3", 2, 1, 1), ("yarn", 2, 1, 1), ("qwen3", 2, 1, 1), ("qwen3", 1, 2, 1), ("padded", 2, 1, 1), ("padded", 2, 2, 1)],
+    [
+        ("llama", 2, 1, 1),
+        ("llama", 1, 2, 1),
+        ("llama", 2, 2, 1),
+        ("llama", 1, 1, 2),
+        ("qwen2", 2, 1, 1),
+        ("qwen2", 1, 2, 1),
+        ("llama3", 2, 1, 1),
+        ("yarn", 2, 1, 1),
+        ("qwen3", 2, 1, 1),
+        ("qwen3", 1, 2, 1),
+        ("padded", 2, 1, 1),
+        ("padded", 2, 2, 1),
+    ],
     ids=lambda v: str(v),
 )
 def test_parallel_layout_matches_one_process(models, single, tmp_path: Path, kind: str, tp: int, pp: int, dp: int) -> None:
@@ -186,8 +263,7 @@ def test_rope_scaling_matters_at_those_positions(models, single, kind: str) -> N
     blob = torch.load(path, weights_only=False)
     config_class = transformers.Qwen3Config if kind.startswith("qwen3") else transformers.LlamaConfig
     model_class = transformers.Qwen3ForCausalLM if kind.startswith("qwen3") else transformers.LlamaForCausalLM
-    plain = config_class(**{k: v for k, v in blob["hf_config"].items() if k not in ("rope_scaling", "rope_parameters")},
-                         rope_theta=10000.0)
+    plain = config_class(**{k: v for k, v in blob["hf_config"].items() if k not in ("rope_scaling", "rope_parameters")}, rope_theta=10000.0)
     unscaled = model_class(plain).float()
     unscaled.load_state_dict(blob["state_dict"])
     with torch.no_grad():
@@ -201,9 +277,20 @@ def test_rope_scaling_matters_at_those_positions(models, single, kind: str) -> N
 
 
 def test_qkv_fuse_groups_queries_with_their_key_and_value() -> None:
-    arch = LlamaArch(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=4, num_kv_heads=2,
-                     head_dim=2, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=8,
-                     tie_word_embeddings=False, qkv_bias=False)
+    arch = LlamaArch(
+        vocab_size=8,
+        hidden_size=8,
+        intermediate_size=8,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=2,
+        rms_norm_eps=1e-5,
+        rope_theta=1e4,
+        max_position_embeddings=8,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+    )
     q = torch.arange(8).float().reshape(8, 1)  # heads 0..3, 2 rows each
     k = 100 + torch.arange(4).float().reshape(4, 1)
     v = 200 + torch.arange(4).float().reshape(4, 1)
@@ -266,9 +353,20 @@ def test_masked_padding_leaves_entropy_and_the_sum_of_squared_probabilities_alon
 
 
 def test_layouts_that_do_not_split_evenly_are_refused() -> None:
-    arch = LlamaArch(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=3, num_heads=4, num_kv_heads=2,
-                     head_dim=16, rms_norm_eps=1e-5, rope_theta=1e4, max_position_embeddings=8,
-                     tie_word_embeddings=False, qkv_bias=False)
+    arch = LlamaArch(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        rms_norm_eps=1e-5,
+        rope_theta=1e4,
+        max_position_embeddings=8,
+        tie_word_embeddings=False,
+        qkv_bias=False,
+    )
     with pytest.raises(ValueError, match="tp=4 must divide the 2 key/value heads.*pp=2 must divide the 3 layers"):
         arch.check_layout(4, 2)
 
@@ -280,8 +378,13 @@ def test_smollm2_real_weights_match_transformers(tmp_path: Path) -> None:
 
     folder = gguf_to_hf_folder(smollm2_gguf())
     tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    ids = tokenizer(["What is 12 + 7? Answer with the number only.", "The capital of France is Paris, and"],
-                    return_tensors="pt", padding="max_length", max_length=16, truncation=True).input_ids
+    ids = tokenizer(
+        ["What is 12 + 7? Answer with the number only.", "The capital of France is Paris, and"],
+        return_tensors="pt",
+        padding="max_length",
+        max_length=16,
+        truncation=True,
+    ).input_ids
     torch.save({"input_ids": ids}, tmp_path / "ids.pt")
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     with torch.no_grad():

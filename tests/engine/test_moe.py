@@ -22,20 +22,45 @@ from kuberl.operator.cli.ports import free_port
 from .rank_processes import wait_for_ranks
 
 WORKER = Path(__file__).parent / "workers" / "megatron_forward.py"
-COMMON = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=64, rms_norm_eps=1e-5, num_experts_per_tok=2)
+COMMON = dict(
+    vocab_size=256,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    rms_norm_eps=1e-5,
+    num_experts_per_tok=2,
+)
 
 
 def moe_config(kind: str, **overrides) -> transformers.PretrainedConfig:
     # No load-balancing loss in these models: transformers adds none to its loss (output_router_logits off), megatron
     # adds its own only to the gradients; with the coefficient 0 both compute the same loss and gradients.
     if kind == "qwen3_moe":  # norm_topk_prob False (its default): megatron's pre-softmax routing
-        return transformers.Qwen3MoeConfig(**{**COMMON, "intermediate_size": 128, "moe_intermediate_size": 32,
-                                              "num_experts": 4, "head_dim": 32, "router_aux_loss_coef": 0.0,
-                                              "tie_word_embeddings": False, **overrides})
+        return transformers.Qwen3MoeConfig(
+            **{
+                **COMMON,
+                "intermediate_size": 128,
+                "moe_intermediate_size": 32,
+                "num_experts": 4,
+                "head_dim": 32,
+                "router_aux_loss_coef": 0.0,
+                "tie_word_embeddings": False,
+                **overrides,
+            }
+        )
     # mixtral: softmax over the top k
-    return transformers.MixtralConfig(**{**COMMON, "intermediate_size": 32, "num_local_experts": 4,
-                                         "router_aux_loss_coef": 0.0, "tie_word_embeddings": False, **overrides})
+    return transformers.MixtralConfig(
+        **{
+            **COMMON,
+            "intermediate_size": 32,
+            "num_local_experts": 4,
+            "router_aux_loss_coef": 0.0,
+            "tie_word_embeddings": False,
+            **overrides,
+        }
+    )
 
 
 def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
@@ -50,8 +75,14 @@ def make_model(kind: str, directory: Path) -> tuple[Path, dict]:
     arch = LlamaArch.from_hf_config(config.to_dict())
     ids = torch.randint(0, 256, (2, 16))
     path = directory / f"{kind}.pt"
-    torch.save({"hf_config": config.to_dict(), "input_ids": ids,
-                "state_dict": unfuse_hf_experts({k: v.clone() for k, v in model.state_dict().items()}, arch)}, path)
+    torch.save(
+        {
+            "hf_config": config.to_dict(),
+            "input_ids": ids,
+            "state_dict": unfuse_hf_experts({k: v.clone() for k, v in model.state_dict().items()}, arch),
+        },
+        path,
+    )
     logits = model(ids).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 256), torch.roll(ids, -1, dims=1).reshape(-1))
     loss.backward()
@@ -72,9 +103,30 @@ def run_layout(model: Path, out: Path, ep: int) -> dict:
     port = free_port()
     logs = [out.with_suffix(f".rank{r}.log") for r in range(ep)]
     extra = ["--dp-wrap"] if ep > 1 else []
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(ep), "--port", str(port),
-                               "--ep", str(ep), *extra, "--model", str(model), "--out", str(out)],
-                              stdout=open(logs[r], "w"), stderr=subprocess.STDOUT) for r in range(ep)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                "--rank",
+                str(r),
+                "--world",
+                str(ep),
+                "--port",
+                str(port),
+                "--ep",
+                str(ep),
+                *extra,
+                "--model",
+                str(model),
+                "--out",
+                str(out),
+            ],
+            stdout=open(logs[r], "w"),
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(ep)
+    ]
     wait_for_ranks(procs, logs)
     return torch.load(out, weights_only=False)
 
@@ -196,13 +248,16 @@ def test_config_maps_to_megatron_router() -> None:
     assert LlamaArch.from_hf_config(raw).num_experts == 8
 
 
-@pytest.mark.parametrize(("kind", "overrides", "field"), [
-    ("qwen3_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step"),
-    ("qwen3_moe", {"mlp_only_layers": [0]}, "mlp_only_layers"),
-    ("qwen3_moe", {"shared_expert_intermediate_size": 64}, "shared_expert_intermediate_size"),
-    ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
-    ("mixtral", {"sliding_window": 16}, "sliding_window"),
-])
+@pytest.mark.parametrize(
+    ("kind", "overrides", "field"),
+    [
+        ("qwen3_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step"),
+        ("qwen3_moe", {"mlp_only_layers": [0]}, "mlp_only_layers"),
+        ("qwen3_moe", {"shared_expert_intermediate_size": 64}, "shared_expert_intermediate_size"),
+        ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise"),
+        ("mixtral", {"sliding_window": 16}, "sliding_window"),
+    ],
+)
 def test_what_megatron_cannot_match_is_refused_by_name(kind: str, overrides: dict, field: str) -> None:
     raw = {**moe_config(kind).to_dict(), **overrides}
     with pytest.raises(UnsupportedModel, match=field):
@@ -216,8 +271,9 @@ def test_layouts_megatron_cannot_run_are_refused() -> None:
         arch.check_layout(1, 1, 3)
     with pytest.raises(UnsupportedModel, match="tp=2 is not supported for mixture-of-experts.*sequence parallelism"):
         arch.check_layout(2, 1, 1)
-    dense = LlamaArch.from_hf_config(transformers.Qwen3Config(**{k: v for k, v in COMMON.items() if k != "num_experts_per_tok"},
-                                                              intermediate_size=128).to_dict())
+    dense = LlamaArch.from_hf_config(
+        transformers.Qwen3Config(**{k: v for k, v in COMMON.items() if k != "num_experts_per_tok"}, intermediate_size=128).to_dict()
+    )
     with pytest.raises(UnsupportedModel, match="ep=2: expert parallelism needs a mixture-of-experts model"):
         dense.check_layout(1, 1, 2)
 

@@ -21,8 +21,7 @@ def test_the_cause_is_a_killed_process_first_then_the_lowest_index() -> None:
 
 def test_a_failing_process_ends_the_gang() -> None:
     sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
-    procs = [subprocess.Popen(sleeper), subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"]),
-             subprocess.Popen(sleeper)]
+    procs = [subprocess.Popen(sleeper), subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"]), subprocess.Popen(sleeper)]
     started = time.monotonic()
     try:
         cause, codes = wait_for_gang(procs, poll_s=0.05)

@@ -11,7 +11,7 @@ import time
 
 from kuberl.operator.cli.ports import free_port
 
-RANK = '''
+RANK = """
 import datetime, sys
 import torch.distributed as dist
 from kuberl.engine.runtime.stopping import StopRequest
@@ -21,12 +21,13 @@ if sys.argv[2] == "stepping":
     stop.steps_begin()
 print("ready", flush=True)
 dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=False, timeout=datetime.timedelta(seconds=120))
-'''
+"""
 
 
 def _blocked_rank(stage: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", RANK, str(free_port()), stage], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RANK, str(free_port()), stage], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline() == "ready\n", proc.communicate(timeout=30)[1][-2000:]
     time.sleep(1.0)  # into the store's connect loop
     return proc

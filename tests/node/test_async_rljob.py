@@ -38,15 +38,17 @@ def async_volumes(real_node) -> Path:
     return root
 
 
-def test_a_separate_placement_job_trains_one_version_behind_on_the_real_node(real_node, operator_release, built_images,
-                                                                            async_volumes: Path) -> None:
+def test_a_separate_placement_job_trains_one_version_behind_on_the_real_node(
+    real_node, operator_release, built_images, async_volumes: Path
+) -> None:
     from kuberl.operator.testing.waiting import eventually
 
     namespace = f"async-{uuid.uuid4().hex[:6]}"
     real_node.plane.kubectl("create", "namespace", namespace)
     volume = JobVolume(real_node, namespace, async_volumes)
-    real_node.plane.kubectl("apply", "-n", namespace, "-f", "-",
-                            input=json.dumps(async_rljob("fleet", volume.claim, built_images["TRAINER_IMAGE"])))
+    real_node.plane.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(async_rljob("fleet", volume.claim, built_images["TRAINER_IMAGE"]))
+    )
 
     def finished() -> dict | None:
         status = kubectl_json(real_node, "get", "rlj", "fleet", "-n", namespace).get("status") or {}

@@ -62,8 +62,9 @@ def wait_for(node, namespace: str, check, timeout: float, what: str):
 
 
 def wait_phase(node, namespace: str, name: str, phase: str, timeout: float = 900) -> dict:
-    return wait_for(node, namespace, lambda: (s := status(node, namespace, name)).get("phase") == phase and s, timeout,
-                    f"{namespace}/{name} {phase}")
+    return wait_for(
+        node, namespace, lambda: (s := status(node, namespace, name)).get("phase") == phase and s, timeout, f"{namespace}/{name} {phase}"
+    )
 
 
 def host_claim(node, namespace: str, claim: str, host: Path, *, create_claim: bool, read_only: bool = False) -> Path:
@@ -73,21 +74,42 @@ def host_claim(node, namespace: str, claim: str, host: Path, *, create_claim: bo
     host.mkdir(parents=True, exist_ok=True)
     for path in [host, *host.rglob("*")]:
         os.chown(path, TRAINER_UID, TRAINER_UID)  # the pods run as this user; hostPath keeps owners
-    docs = [{"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"examples-{namespace}-{claim}"},
-             "spec": {"capacity": {"storage": "500Gi"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
-                      "storageClassName": "", "persistentVolumeReclaimPolicy": "Retain",
-                      "hostPath": {"path": str(host), "type": "Directory"}, "claimRef": {"namespace": namespace, "name": claim}}}]
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"examples-{namespace}-{claim}"},
+            "spec": {
+                "capacity": {"storage": "500Gi"},
+                "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                "storageClassName": "",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": str(host), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": claim},
+            },
+        }
+    ]
     if create_claim:
-        docs.append({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": namespace},
-                     "spec": {"accessModes": ["ReadOnlyMany" if read_only else "ReadWriteOnce"], "storageClassName": "",
-                              "volumeName": f"examples-{namespace}-{claim}", "resources": {"requests": {"storage": "1Gi"}}}})
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim, "namespace": namespace},
+                "spec": {
+                    "accessModes": ["ReadOnlyMany" if read_only else "ReadWriteOnce"],
+                    "storageClassName": "",
+                    "volumeName": f"examples-{namespace}-{claim}",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        )
     node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
     return host
 
 
 def records(path: Path) -> list[dict]:
     text = path.read_text() if path.exists() else ""
-    return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines()]
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -115,28 +137,46 @@ def test_a_job_reads_its_prompts_reward_and_plugin_from_a_claim_and_trains(real_
     files = volumes / ns / "files"
     make_tiny_model(files / "model", seed=0)
     (files / "data").mkdir(parents=True)
-    (files / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
-                                                        for a in range(4) for b in range(4)))
+    (files / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n" for a in range(4) for b in range(4))
+    )
     (files / "rewards").mkdir()
     (files / "rewards" / "ends_with_answer.py").write_text(REWARD)
     (files / "plugins").mkdir()
     shutil.copy(REPO / "examples" / "plugins" / "median_baseline.py", files / "plugins")
     host_claim(node, ns, "rl-files", files, create_claim=True, read_only=True)
     out = host_claim(node, ns, "rl-out", volumes / ns / "out", create_claim=True)
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "from-claim", "namespace": ns}, "spec": {
-        "image": built_images["TRAINER_IMAGE"], "imagePullPolicy": "Never",
-        "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
-        "model": {"path": "/data/model", "dtype": "float32"},
-        "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 64},
-        # The estimator exists only in the plug-in: the job could not start without reading it.
-        "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/median_baseline.py"}],
-                      "advantage": {"name": "median_baseline"}},
-        "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
-        "reward": {"python": {"path": "/data/rewards/ends_with_answer.py", "function": "reward"}},
-        "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
-        "trainer": {"totalSteps": 4, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                    "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 2}, "exportPath": "/out/final"},
-        "monitoring": {"enabled": False}}}
+    job = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "from-claim", "namespace": ns},
+        "spec": {
+            "image": built_images["TRAINER_IMAGE"],
+            "imagePullPolicy": "Never",
+            "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
+            "model": {"path": "/data/model", "dtype": "float32"},
+            "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 64},
+            # The estimator exists only in the plug-in: the job could not start without reading it.
+            "algorithm": {
+                "name": "grpo",
+                "plugins": [{"path": "/data/plugins/median_baseline.py"}],
+                "advantage": {"name": "median_baseline"},
+            },
+            "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
+            "reward": {"python": {"path": "/data/rewards/ends_with_answer.py", "function": "reward"}},
+            "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
+            "trainer": {
+                "totalSteps": 4,
+                "promptsPerStep": 4,
+                "microBatchSize": 4,
+                "seed": 3,
+                "optimizer": {"lr": 1e-4},
+                "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 2},
+                "exportPath": "/out/final",
+            },
+            "monitoring": {"enabled": False},
+        },
+    }
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(job))
     s = wait_phase(node, ns, "from-claim", "Succeeded")
     assert s["step"] == 4 and s.get("restarts", 0) == 0
@@ -168,8 +208,12 @@ def ppo(real_node, operator_release, built_images, volumes, hub, hub_token, tmp_
     data = volumes / "gsm8k"
     (data / "gsm8k").mkdir(parents=True)
     for split, pairs in (("train", [(a, b) for a in range(8) for b in range(4)]), ("test", [(a, 9) for a in range(8)])):
-        table = pa.table({"question": [f"What is {a} + {b}?" for a, b in pairs],
-                          "answer": [f"{a} plus {b} makes {a + b}.\n#### {a + b}" for a, b in pairs]})
+        table = pa.table(
+            {
+                "question": [f"What is {a} + {b}?" for a, b in pairs],
+                "answer": [f"{a} plus {b} makes {a + b}.\n#### {a + b}" for a, b in pairs],
+            }
+        )
         pq.write_table(table, data / "gsm8k" / f"{split}.parquet")
     host_claim(node, PPO_NAMESPACE, "gsm8k", data, create_claim=False)
     cache = host_claim(node, PPO_NAMESPACE, "hub-cache", volumes / "hub-cache", create_claim=False)
@@ -196,8 +240,9 @@ def _variant(node, ppo: dict, name: str, **model) -> None:
 
 def test_the_ppo_example_fetches_its_model_once_and_trains_through_a_killed_container(real_node, ppo, hub) -> None:
     node = real_node
-    s = wait_for(node, PPO_NAMESPACE, lambda: (s := status(node, PPO_NAMESPACE, PPO)).get("initialization") and s, 600,
-                 "the initializer's report")
+    s = wait_for(
+        node, PPO_NAMESPACE, lambda: (s := status(node, PPO_NAMESPACE, PPO)).get("initialization") and s, 600, "the initializer's report"
+    )
     files = hub.file_fetches(TINY_REPO)
     assert files and set(files.values()) == {1}, files  # every file of the snapshot, once
     assert s["initialization"]["fetchedBytes"] > 0 and condition(s, "Initialized")["reason"] == "CacheReady"
@@ -208,8 +253,11 @@ def test_the_ppo_example_fetches_its_model_once_and_trains_through_a_killed_cont
 
     # A killed trainer container, past the first checkpoint: the whole gang restarts from it.
     wait_for(node, PPO_NAMESPACE, lambda: (status(node, PPO_NAMESPACE, PPO).get("step") or 0) >= 3, 900, "step 3")
-    pod = next(p for p in kubectl_json(node, "get", "pods", "-n", PPO_NAMESPACE, "-l", "kuberl.dev/role=actor")["items"]
-               if p["status"].get("phase") == "Running")
+    pod = next(
+        p
+        for p in kubectl_json(node, "get", "pods", "-n", PPO_NAMESPACE, "-l", "kuberl.dev/role=actor")["items"]
+        if p["status"].get("phase") == "Running"
+    )
     container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     pid = int(next(line.split()[1] for line in node.ctr("tasks", "list").stdout.splitlines() if line.startswith(container_id)))
     os.kill(pid, signal.SIGKILL)
@@ -229,27 +277,35 @@ def test_a_second_job_on_the_same_repository_fetches_nothing(real_node, ppo, hub
     wait_phase(node, PPO_NAMESPACE, PPO, "Succeeded")  # after the example, so the cache holds the model
     before = hub.file_fetches(TINY_REPO)
     _variant(node, ppo, "ppo-again")
-    s = wait_for(node, PPO_NAMESPACE, lambda: (s := status(node, PPO_NAMESPACE, "ppo-again")).get("initialization") and s, 300,
-                 "the second initializer's report")
+    s = wait_for(
+        node,
+        PPO_NAMESPACE,
+        lambda: (s := status(node, PPO_NAMESPACE, "ppo-again")).get("initialization") and s,
+        300,
+        "the second initializer's report",
+    )
     assert s["initialization"]["fetchedBytes"] == 0 and "nothing fetched" in condition(s, "Initialized")["message"]
     assert hub.file_fetches(TINY_REPO) == before
     # Deleted as its ranks start: they have nothing to save and exit at once, not after the pods'
     # 300 s grace period (a rank waiting for a peer that is gone, or not yet past Python's start-up).
     trainers = lambda: kubectl_json(node, "get", "pods", "-n", PPO_NAMESPACE, "-l", "kuberl.dev/job=ppo-again,kuberl.dev/role")["items"]  # noqa: E731
-    wait_for(node, PPO_NAMESPACE, lambda: any(p["status"].get("phase") == "Running" for p in trainers()), 300,
-             "ppo-again's trainer pods running")
+    wait_for(
+        node, PPO_NAMESPACE, lambda: any(p["status"].get("phase") == "Running" for p in trainers()), 300, "ppo-again's trainer pods running"
+    )
     node.plane.kubectl("delete", "rlj", "ppo-again", "-n", PPO_NAMESPACE, "--wait=false")
     wait_for(node, PPO_NAMESPACE, lambda: not trainers(), 90, "ppo-again's pods gone within 90 s of its deletion")
 
 
-@pytest.mark.parametrize(("name", "change", "reason"), [
-    ("ppo-bad-token", {"tokenSecretRef": {"name": "hf-token-wrong", "key": "token"}}, "TokenRefused"),
-    ("ppo-no-repo", {"hubId": "kuberl-tests/no-such-model"}, "RepositoryNotFound"),
-])
+@pytest.mark.parametrize(
+    ("name", "change", "reason"),
+    [
+        ("ppo-bad-token", {"tokenSecretRef": {"name": "hf-token-wrong", "key": "token"}}, "TokenRefused"),
+        ("ppo-no-repo", {"hubId": "kuberl-tests/no-such-model"}, "RepositoryNotFound"),
+    ],
+)
 def test_a_refused_token_or_a_missing_repository_fails_the_job_with_the_reason(real_node, ppo, name, change, reason) -> None:
     node = real_node
-    node.plane.kubectl("create", "secret", "generic", "hf-token-wrong", "-n", PPO_NAMESPACE, "--from-literal=token=hf_wrong",
-                       check=False)
+    node.plane.kubectl("create", "secret", "generic", "hf-token-wrong", "-n", PPO_NAMESPACE, "--from-literal=token=hf_wrong", check=False)
     started = time.monotonic()
     _variant(node, ppo, name, **change)
     s = wait_phase(node, PPO_NAMESPACE, name, "Failed", timeout=300)

@@ -47,9 +47,20 @@ def test_dist_builds_the_operator_image_with_a_plain_builder(built_images: dict[
     # This machine has no OCI runtime for buildah (the node's runc is the node's): chroot, as images.sh builds.
     build_flags += " --isolation chroot --network host"
     out = tmp_path / "dist"
-    made = run(["bash", REPO / "scripts" / "dist.sh", out], timeout=1800,
-               env=os.environ | {"PATH": path, "BUILDER": "buildah", "BUILDER_FLAGS": own, "BUILD_FLAGS": build_flags,
-                                 "DIST_BASE_IMAGE": base, "DIST_IMAGES": "operator", "DIST_PYTHON": "0"})
+    made = run(
+        ["bash", REPO / "scripts" / "dist.sh", out],
+        timeout=1800,
+        env=os.environ
+        | {
+            "PATH": path,
+            "BUILDER": "buildah",
+            "BUILDER_FLAGS": own,
+            "BUILD_FLAGS": build_flags,
+            "DIST_BASE_IMAGE": base,
+            "DIST_IMAGES": "operator",
+            "DIST_PYTHON": "0",
+        },
+    )
     assert made.returncode == 0, made.stderr[-4000:]
     assert "[images]" not in made.stderr and "kube-binaries" not in made.stderr  # none of the tests' toolchain
     archive = f"kuberl-operator-{VERSION}.tar"
@@ -62,5 +73,7 @@ def test_dist_builds_the_operator_image_with_a_plain_builder(built_images: dict[
     assert ctr.returncode == 0, ctr.stderr
     ran = run([*fresh, "run", "--isolation", "chroot", ctr.stdout.strip(), "--", "kuberl", "version", "--client"])
     assert ran.returncode == 0 and VERSION in ran.stdout, (ran.stdout, ran.stderr)
-    bad = run(["bash", REPO / "scripts" / "dist.sh", tmp_path / "bad"], env=os.environ | {"BUILDER": "kaniko", "DIST_PYTHON": "0", "PATH": path})
+    bad = run(
+        ["bash", REPO / "scripts" / "dist.sh", tmp_path / "bad"], env=os.environ | {"BUILDER": "kaniko", "DIST_PYTHON": "0", "PATH": path}
+    )
     assert bad.returncode == 1 and "BUILDER is 'kaniko': docker, podman or buildah" in bad.stderr

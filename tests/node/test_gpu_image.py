@@ -16,8 +16,12 @@ CACHE = Path(os.environ.get("KUBERL_CACHE", Path.home() / ".cache" / "kuberl")) 
 
 
 def buildah(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["buildah", "--root", str(CACHE / "storage"), "--runroot", str(CACHE / "run"), "--storage-driver", "overlay",
-                           *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["buildah", "--root", str(CACHE / "storage"), "--runroot", str(CACHE / "run"), "--storage-driver", "overlay", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_gpu_image_has_every_gpu_code_path_and_says_no_gpu_is_here(built_images: dict[str, str]) -> None:
@@ -30,8 +34,7 @@ def test_the_gpu_image_has_every_gpu_code_path_and_says_no_gpu_is_here(built_ima
     try:
         # The image's own user and entrypoint's command: what a pod would run (chroot isolation shares the host's
         # network; the check opens no connection).
-        run = buildah("run", "--isolation", "chroot", "--user", "10001:10001", container, "--",
-                      "kuberl", "worker", "--check")
+        run = buildah("run", "--isolation", "chroot", "--user", "10001:10001", container, "--", "kuberl", "worker", "--check")
         # The GPU path's own check ships in the image too: here, with no GPU, it says so and fails.
         gpu_check = buildah("run", "--isolation", "chroot", "--user", "10001:10001", container, "--", "kuberl", "gpu-check")
     finally:

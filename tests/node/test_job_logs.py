@@ -27,9 +27,12 @@ STEPS = 3
 
 def tiny_job(name: str, image: str, claim: str) -> dict:
     return {
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
         "spec": {
-            "image": image, "imagePullPolicy": "Never",
+            "image": image,
+            "imagePullPolicy": "Never",
             "model": {"path": "/data/model", "dtype": "float32"},
             "data": {"train": {"generator": {"name": "arithmetic", "count": 16, "seed": 1, "maxOperand": 9}}, "maxPromptLength": 64},
             "algorithm": {"name": "grpo"},
@@ -37,16 +40,22 @@ def tiny_job(name: str, image: str, claim: str) -> dict:
             "reward": {"rules": [{"name": "math_answer"}]},
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
             "roles": {"actor": {"replicas": 2, "layout": {"dp": 2}, "volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
-            "trainer": {"totalSteps": STEPS, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3,
-                        "checkpoint": {"path": "/data/checkpoints", "interval": STEPS}},
+            "trainer": {
+                "totalSteps": STEPS,
+                "promptsPerStep": 4,
+                "microBatchSize": 4,
+                "seed": 3,
+                "checkpoint": {"path": "/data/checkpoints", "interval": STEPS},
+            },
             "runPolicy": {"backoffLimit": 0},
         },
     }
 
 
 def kuberl(node, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(VENV_BIN / "kuberl"), *args, "--kubeconfig", str(node.plane.kubeconfig)],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [str(VENV_BIN / "kuberl"), *args, "--kubeconfig", str(node.plane.kubeconfig)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_logs_follow_a_real_pod_and_pick_ranks_and_roles(real_node, operator_release, built_images, tmp_path) -> None:
@@ -62,13 +71,21 @@ def test_logs_follow_a_real_pod_and_pick_ranks_and_roles(real_node, operator_rel
     submitted = kuberl(node, "submit", str(manifest), "-n", ns)
     assert (submitted.returncode, submitted.stdout) == (0, f"{name}\n"), submitted.stderr
     # Follow rank 0 at once: the command waits for the pod and its container, then streams until the pod ends.
-    follow = subprocess.Popen([str(VENV_BIN / "kuberl"), "logs", name, "--rank", "0", "-f", "-n", ns,
-                               "--kubeconfig", str(node.plane.kubeconfig)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen(
+        [str(VENV_BIN / "kuberl"), "logs", name, "--rank", "0", "-f", "-n", ns, "--kubeconfig", str(node.plane.kubeconfig)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # examples/client_quickstart.py on the same job, at the same time: its submit finds the job unchanged, it follows
     # rank 0 through the Python client and prints the final status.
-    example = subprocess.Popen([sys.executable, str(REPO / "examples" / "client_quickstart.py"), str(manifest), "-n", ns],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "KUBECONFIG": str(node.plane.kubeconfig)})
+    example = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "client_quickstart.py"), str(manifest), "-n", ns],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(node.plane.kubeconfig)},
+    )
     followed: list[tuple[float, str]] = []
     reader = threading.Thread(target=lambda: followed.extend((time.monotonic(), line.rstrip("\n")) for line in follow.stdout))
     reader.start()
@@ -93,8 +110,13 @@ def test_logs_follow_a_real_pod_and_pick_ranks_and_roles(real_node, operator_rel
     # rank 1 its second (<job>-actor-peers-0-0).
     pods = json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", f"kuberl.dev/job={name}", "-o", "json").stdout)["items"]
     rank_of = {f"{name}-actor-0-0": "0", f"{name}-actor-peers-0-0": "1"}
-    truth = {rank_of[p["spec"]["hostname"]]:
-             (p["metadata"]["name"], node.plane.kubectl("logs", p["metadata"]["name"], "-n", ns).stdout.splitlines()) for p in pods}
+    truth = {
+        rank_of[p["spec"]["hostname"]]: (
+            p["metadata"]["name"],
+            node.plane.kubectl("logs", p["metadata"]["name"], "-n", ns).stdout.splitlines(),
+        )
+        for p in pods
+    }
     assert sorted(truth) == ["0", "1"] and truth["0"][1] != truth["1"][1]
     lines = [line for _, line in followed]
     assert lines == truth["0"][1] and any(f"done: {STEPS} steps" in line for line in lines), lines[-20:]

@@ -31,15 +31,15 @@ def lora_rljob(name: str, claim: str, image: str) -> dict:
     return job
 
 
-def test_lora_rljob_trains_and_exports_an_adapter_on_the_real_node(real_node, operator_release, built_images,
-                                                                  lora_volumes: Path) -> None:
+def test_lora_rljob_trains_and_exports_an_adapter_on_the_real_node(real_node, operator_release, built_images, lora_volumes: Path) -> None:
     from kuberl.operator.testing.waiting import eventually
 
     namespace = f"lora-{uuid.uuid4().hex[:6]}"
     real_node.plane.kubectl("create", "namespace", namespace)
     volume = JobVolume(real_node, namespace, lora_volumes)
-    real_node.plane.kubectl("apply", "-n", namespace, "-f", "-",
-                            input=json.dumps(lora_rljob("lora", volume.claim, built_images["TRAINER_IMAGE"])))
+    real_node.plane.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(lora_rljob("lora", volume.claim, built_images["TRAINER_IMAGE"]))
+    )
 
     def phase() -> str | None:
         status = kubectl_json(real_node, "get", "rlj", "lora", "-n", namespace).get("status") or {}

@@ -57,9 +57,16 @@ sys.exit(1)
 
 
 def _pod(name: str, ns: str, labels: dict[str, str], image: str, command: list[str]) -> dict:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command}],
+        },
+    }
 
 
 def test_the_jobs_policy_admits_its_own_pods_and_prometheus_and_nothing_else(real_node, network_policy_enforcer, built_images) -> None:
@@ -78,8 +85,10 @@ def test_the_jobs_policy_admits_its_own_pods_and_prometheus_and_nothing_else(rea
     # No policy selects the pod yet: a stranger wearing the job's labels in another namespace gets in.
     assert connects("before", tenant_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, 29500, tries=30)
 
-    prometheus = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": monitoring_ns}},
-                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    prometheus = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": monitoring_ns}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
     policy = network_policy(Owner(name=job, namespace=job_ns, uid="unused"), ["actor", "critic"], 9400, (prometheus,))
     del policy["metadata"]["ownerReferences"]  # no RLJob here: the garbage collector would take an orphan
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(policy))
@@ -102,8 +111,7 @@ def test_the_jobs_policy_admits_its_own_pods_and_prometheus_and_nothing_else(rea
 
 def _server(node, name: str, ns: str, labels: dict[str, str], image: str, ports: list[int]) -> str:
     """A pod serving "ok" on `ports`; its IP once it runs."""
-    node.plane.kubectl("apply", "-f", "-", input=json.dumps(
-        _pod(name, ns, labels, image, ["python", "-c", SERVER, *map(str, ports)])))
+    node.plane.kubectl("apply", "-f", "-", input=json.dumps(_pod(name, ns, labels, image, ["python", "-c", SERVER, *map(str, ports)])))
 
     def ip() -> str | None:
         out = node.plane.kubectl("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase} {.status.podIP}").stdout.split()
@@ -112,14 +120,23 @@ def _server(node, name: str, ns: str, labels: dict[str, str], image: str, ports:
     return eventually(ip, 300, f"{ns}/{name} running")
 
 
-def _connects(node, image: str, name: str, ns: str, labels: dict[str, str], server: str, port: int, tries: int,
-              delay: float = 0) -> bool:
+def _connects(node, image: str, name: str, ns: str, labels: dict[str, str], server: str, port: int, tries: int, delay: float = 0) -> bool:
     """Whether a new pod `name` with `labels` gets an answer from server:port in `tries` attempts, the first `delay`
     seconds after it starts."""
-    node.plane.kubectl("apply", "-f", "-", input=json.dumps(
-        _pod(name, ns, labels, image, ["python", "-c", CLIENT, server, str(port), str(tries), str(delay)])))
-    phase = eventually(lambda: (p := node.plane.kubectl("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase}").stdout)
-                       in ("Succeeded", "Failed") and p, 180, f"{ns}/{name} to finish")
+    node.plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(_pod(name, ns, labels, image, ["python", "-c", CLIENT, server, str(port), str(tries), str(delay)])),
+    )
+    phase = eventually(
+        lambda: (
+            (p := node.plane.kubectl("get", "pod", name, "-n", ns, "-o", "jsonpath={.status.phase}").stdout) in ("Succeeded", "Failed")
+            and p
+        ),
+        180,
+        f"{ns}/{name} to finish",
+    )
     return phase == "Succeeded"
 
 
@@ -142,8 +159,9 @@ def test_the_sandbox_policy_lets_only_the_trainers_in_and_nothing_out(real_node,
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(policy))
 
     # The job's trainer reaches the sandbox: also the proof that the enforcer has the policy.
-    assert _connects(node, image, "trainer", job_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, sandbox, SANDBOX_PORT, tries=60), \
+    assert _connects(node, image, "trainer", job_ns, {LABEL_JOB: job, LABEL_ROLE: "actor"}, sandbox, SANDBOX_PORT, tries=60), (
         log.read_text()[-3000:]
+    )
     # A pod's own egress rules exist once the enforcer has seen the pod: kube-router installs them within seconds of
     # its start (a sandbox pod runs calls once it is ready, seconds later); the calling pods wait that long.
     refused = {

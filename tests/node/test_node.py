@@ -42,8 +42,9 @@ def wait_for_phase(node, ns: str, pod: str, phases: tuple[str, ...], timeout: fl
                 return obj
         if time.monotonic() > deadline:
             events = node.plane.kubectl("get", "events", "-n", ns, check=False).stdout
-            raise AssertionError(f"pod {ns}/{pod} not {phases} in {timeout} s:\n{out.stdout[-2000:]}\n{events[-3000:]}\n"
-                                 f"kubelet:\n{node.log('kubelet')}")
+            raise AssertionError(
+                f"pod {ns}/{pod} not {phases} in {timeout} s:\n{out.stdout[-2000:]}\n{events[-3000:]}\nkubelet:\n{node.log('kubelet')}"
+            )
         time.sleep(1)
 
 
@@ -83,14 +84,37 @@ def test_a_pod_reaches_the_api_server_and_resolves_service_names(real_node, buil
         print("api server", version["gitVersion"], "from", me)
     """)
     docs = [
-        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "probe", "namespace": ns},
-         "spec": {"clusterIP": "None", "selector": {"app": "probe"}, "publishNotReadyAddresses": True,
-                  "ports": [{"name": "x", "port": 80}]}},
-        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe-0", "namespace": ns, "labels": {"app": "probe"}},
-         "spec": {"hostname": "probe-0", "subdomain": "probe", "restartPolicy": "Never",
-                  "securityContext": {"runAsUser": 10001, "runAsGroup": 10001},
-                  "containers": [{"name": "probe", "image": built_images["OPERATOR_IMAGE"], "imagePullPolicy": "Never",
-                                  "command": ["python", "-c", script], "securityContext": RESTRICTED}]}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "probe", "namespace": ns},
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"app": "probe"},
+                "publishNotReadyAddresses": True,
+                "ports": [{"name": "x", "port": 80}],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe-0", "namespace": ns, "labels": {"app": "probe"}},
+            "spec": {
+                "hostname": "probe-0",
+                "subdomain": "probe",
+                "restartPolicy": "Never",
+                "securityContext": {"runAsUser": 10001, "runAsGroup": 10001},
+                "containers": [
+                    {
+                        "name": "probe",
+                        "image": built_images["OPERATOR_IMAGE"],
+                        "imagePullPolicy": "Never",
+                        "command": ["python", "-c", script],
+                        "securityContext": RESTRICTED,
+                    }
+                ],
+            },
+        },
     ]
     real_node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
     pod = wait_for_phase(real_node, ns, "probe-0", ("Succeeded", "Failed"))

@@ -27,21 +27,35 @@ def test_a_container_killed_for_its_memory_fails_the_job_at_once_naming_it(real_
     files = volumes / ns / "files"
     make_tiny_model(files / "model", seed=0)
     (files / "data").mkdir(parents=True)
-    (files / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n"
-                                                        for a in range(8)))
+    (files / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(8))
+    )
     host_claim(node, ns, "rl-files", files, create_claim=True, read_only=True)
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "small", "namespace": ns}, "spec": {
-        "image": built_images["TRAINER_IMAGE"], "imagePullPolicy": "Never",
-        "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
-        "model": {"path": "/data/model", "dtype": "float32"},
-        "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 64},
-        "algorithm": {"name": "grpo"}, "rollout": {"samplesPerPrompt": 2, "maxNewTokens": 4, "kvCacheBytes": 16 << 20},
-        "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}],
-                            "resources": {"requests": {"cpu": "100m", "memory": LIMIT}, "limits": {"memory": LIMIT}}}},
-        "trainer": {"totalSteps": 2, "promptsPerStep": 2, "microBatchSize": 2},
-        "runPolicy": {"backoffLimit": 3},
-        "monitoring": {"enabled": False}}}
+    job = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "small", "namespace": ns},
+        "spec": {
+            "image": built_images["TRAINER_IMAGE"],
+            "imagePullPolicy": "Never",
+            "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
+            "model": {"path": "/data/model", "dtype": "float32"},
+            "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 64},
+            "algorithm": {"name": "grpo"},
+            "rollout": {"samplesPerPrompt": 2, "maxNewTokens": 4, "kvCacheBytes": 16 << 20},
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "roles": {
+                "actor": {
+                    "replicas": 1,
+                    "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}],
+                    "resources": {"requests": {"cpu": "100m", "memory": LIMIT}, "limits": {"memory": LIMIT}},
+                }
+            },
+            "trainer": {"totalSteps": 2, "promptsPerStep": 2, "microBatchSize": 2},
+            "runPolicy": {"backoffLimit": 3},
+            "monitoring": {"enabled": False},
+        },
+    }
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(job))
 
     s = wait_phase(node, ns, "small", "Failed", timeout=300)

@@ -39,16 +39,23 @@ def quickstart_blocks(readme: str) -> list[str]:
     """The ```sh blocks of the README's cluster quickstart, in order."""
     start = readme.index(SECTION)
     end = readme.find("\n## ", start + len(SECTION))
-    section = readme[start:end if end >= 0 else None]
+    section = readme[start : end if end >= 0 else None]
     return re.findall(r"^```sh\n(.*?)^```$", section, flags=re.M | re.S)
 
 
 def test_the_quickstart_has_its_steps() -> None:
     blocks = quickstart_blocks((REPO / "README.md").read_text())
     text = "\n".join(blocks)
-    for step in ("make images", "make push REGISTRY=$REGISTRY", "helm install kuberl dist/kuberl-", "examples/grpo-cluster/storage.yaml",
-                 "kubectl -n rl cp examples/data/arith-train.jsonl", "examples/grpo-cluster/rljob.yaml", "Succeeded",
-                 "grpo-smollm2-trained"):
+    for step in (
+        "make images",
+        "make push REGISTRY=$REGISTRY",
+        "helm install kuberl dist/kuberl-",
+        "examples/grpo-cluster/storage.yaml",
+        "kubectl -n rl cp examples/data/arith-train.jsonl",
+        "examples/grpo-cluster/rljob.yaml",
+        "Succeeded",
+        "grpo-smollm2-trained",
+    ):
         assert step in text, step
 
 
@@ -60,11 +67,22 @@ def registry(real_node, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("registry")
     port = free_port()
     config = workdir / "config.yml"
-    config.write_text(json.dumps({"version": 0.1, "log": {"level": "warn"},
-                                  "storage": {"filesystem": {"rootdirectory": str(workdir / "data")}, "delete": {"enabled": True}},
-                                  "http": {"addr": f"{HOST_IP}:{port}"}}))
-    proc = subprocess.Popen([str(real_node.bin_dir / "registry"), "serve", str(config)], stdout=subprocess.DEVNULL,
-                            stderr=open(workdir / "registry.log", "w"), start_new_session=True)
+    config.write_text(
+        json.dumps(
+            {
+                "version": 0.1,
+                "log": {"level": "warn"},
+                "storage": {"filesystem": {"rootdirectory": str(workdir / "data")}, "delete": {"enabled": True}},
+                "http": {"addr": f"{HOST_IP}:{port}"},
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [str(real_node.bin_dir / "registry"), "serve", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "registry.log", "w"),
+        start_new_session=True,
+    )
 
     def up() -> bool:
         import urllib.request
@@ -87,8 +105,11 @@ def registry(real_node, tmp_path_factory):
 def checkout(dest: Path) -> Path:
     """The repository's files as a clone has them (tracked, and new files not ignored), in a git work tree
     of their own (`make dist` builds what git tracks or would track)."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True,
-                            check=True, timeout=60).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, capture_output=True, check=True, timeout=60)
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = REPO / name
         if source.is_file():
@@ -104,26 +125,48 @@ def provision(node, host: Path) -> None:
         folder = host / claim
         folder.mkdir(parents=True)
         os.chown(folder, TRAINER_UID, TRAINER_UID)
-        node.plane.kubectl("apply", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"quickstart-{claim}"},
-             "spec": {"capacity": {"storage": "20Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                      "persistentVolumeReclaimPolicy": "Delete", "hostPath": {"path": str(folder), "type": "Directory"},
-                      "claimRef": {"namespace": "rl", "name": claim}}}))
+        node.plane.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolume",
+                    "metadata": {"name": f"quickstart-{claim}"},
+                    "spec": {
+                        "capacity": {"storage": "20Gi"},
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "",
+                        "persistentVolumeReclaimPolicy": "Delete",
+                        "hostPath": {"path": str(folder), "type": "Directory"},
+                        "claimRef": {"namespace": "rl", "name": claim},
+                    },
+                }
+            ),
+        )
 
 
 # The user's whole path: images pushed, the chart installed, a model fetched, ten steps trained on the node's CPUs.
 @pytest.mark.timeout(1800)
-def test_the_readme_cluster_quickstart_runs_as_written(real_node, node_schedulers, registry, hub, kube_binaries_dir: Path,
-                                                       tmp_path: Path) -> None:
+def test_the_readme_cluster_quickstart_runs_as_written(
+    real_node, node_schedulers, registry, hub, kube_binaries_dir: Path, tmp_path: Path
+) -> None:
     from kuberl.engine.models.loading import gguf_to_hf_folder, smollm2_gguf
 
     hub.add_repo(SMOLLM2_REPO, gguf_to_hf_folder(smollm2_gguf()), public=True)  # public on the hub, as SmolLM2 is
     provision(real_node, tmp_path / "storage")
     work = checkout(tmp_path / "kuberl")
-    env = {**os.environ, "REGISTRY": registry, "HF_ENDPOINT": hub.url, "KUBECONFIG": str(real_node.plane.kubeconfig),
-           "PATH": f"{kube_binaries_dir}:{os.environ['PATH']}",
-           # The test's registry speaks plain HTTP; uncompressed layers keep the digests the node already has.
-           "PUSH_TLS_VERIFY": "false", "PUSH_COMPRESS": "0"}
+    env = {
+        **os.environ,
+        "REGISTRY": registry,
+        "HF_ENDPOINT": hub.url,
+        "KUBECONFIG": str(real_node.plane.kubeconfig),
+        "PATH": f"{kube_binaries_dir}:{os.environ['PATH']}",
+        # The test's registry speaks plain HTTP; uncompressed layers keep the digests the node already has.
+        "PUSH_TLS_VERIFY": "false",
+        "PUSH_COMPRESS": "0",
+    }
     log = tmp_path / "quickstart.log"
     try:
         for i, block in enumerate(quickstart_blocks((REPO / "README.md").read_text())):
@@ -131,8 +174,9 @@ def test_the_readme_cluster_quickstart_runs_as_written(real_node, node_scheduler
             with open(log, "a") as out:
                 out.write(f"\n--- block {i}\n{block}\n")
                 out.flush()
-                result = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=work, env=env, stdout=out,
-                                        stderr=subprocess.STDOUT, timeout=2400)
+                result = subprocess.run(
+                    ["bash", "-euo", "pipefail", "-c", block], cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=2400
+                )
             assert result.returncode == 0, f"block {i} failed ({result.returncode}):\n{block}\n{log.read_text()[-5000:]}"
             with open(log, "a") as out:
                 out.write(f"--- block {i}: {time.monotonic() - started:.0f} s\n")

@@ -57,13 +57,30 @@ class JobVolume:
             os.chown(path, TRAINER_UID, TRAINER_UID)  # the pods run as this user; hostPath keeps owners
         self.claim = "job-data"
         docs = [
-            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": f"data-{namespace}"},
-             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                      "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(self.host), "type": "Directory"},
-                      "claimRef": {"namespace": namespace, "name": self.claim}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": self.claim, "namespace": namespace},
-             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": f"data-{namespace}",
-                      "resources": {"requests": {"storage": "1Gi"}}}},
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"data-{namespace}"},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "hostPath": {"path": str(self.host), "type": "Directory"},
+                    "claimRef": {"namespace": namespace, "name": self.claim},
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": self.claim, "namespace": namespace},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "",
+                    "volumeName": f"data-{namespace}",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            },
         ]
         node.plane.kubectl("apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
 
@@ -82,20 +99,28 @@ class JobVolume:
 
 def rljob(name: str, claim: str, image: str, requests: dict | None = None, steps: int | None = None, **run_policy) -> dict:
     job = {
-        "apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": name},
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": name},
         "spec": {
-            "image": image, "imagePullPolicy": "Never",
+            "image": image,
+            "imagePullPolicy": "Never",
             "model": {"path": f"{DATA}/model", "dtype": "float32"},
-            "data": {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
-                     "maxPromptLength": 64},
+            "data": {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}}, "maxPromptLength": 64},
             "algorithm": {"name": "grpo", "klCoef": 0.05},
             "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20},
             "reward": {"rules": [{"name": "math_answer"}, {"name": "length_penalty", "weight": 0.1, "args": {"max_chars": 6}}]},
             # Two actor pods (DP=2, gloo across the pod network) and the reference on a pod of its own.
             "roles": {"actor": {"replicas": 2, "layout": {"dp": 2}}, "ref": {"replicas": 1}},
-            "trainer": {"totalSteps": STEPS, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                        "checkpoint": {"path": DATA, "interval": INTERVAL, "keep": 2, "claimName": claim},
-                        "exportPath": f"{DATA}/final"},
+            "trainer": {
+                "totalSteps": STEPS,
+                "promptsPerStep": 4,
+                "microBatchSize": 4,
+                "seed": 3,
+                "optimizer": {"lr": 1e-4},
+                "checkpoint": {"path": DATA, "interval": INTERVAL, "keep": 2, "claimName": claim},
+                "exportPath": f"{DATA}/final",
+            },
             "runPolicy": {"backoffLimit": 3, "terminationGracePeriodSeconds": 120, **run_policy},
             "monitoring": {"enabled": True},
         },
@@ -111,8 +136,17 @@ def rljob(name: str, claim: str, image: str, requests: dict | None = None, steps
 class Job:
     """One RLJob in a namespace of its own, with its volume."""
 
-    def __init__(self, node, image: str, volumes: Path, prefix: str, prepare=None, requests: dict | None = None,
-                 steps: int | None = None, **run_policy):
+    def __init__(
+        self,
+        node,
+        image: str,
+        volumes: Path,
+        prefix: str,
+        prepare=None,
+        requests: dict | None = None,
+        steps: int | None = None,
+        **run_policy,
+    ):
         self.node = node
         self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
         node.plane.kubectl("create", "namespace", self.namespace)
@@ -122,8 +156,14 @@ class Job:
             prepare(self.namespace)  # what the namespace needs before the job (a LocalQueue)
         self.volume = JobVolume(node, self.namespace, volumes)
         self.name = prefix
-        node.plane.kubectl("apply", "-n", self.namespace, "-f", "-",
-                           input=json.dumps(rljob(self.name, self.volume.claim, image, requests, steps, **run_policy)))
+        node.plane.kubectl(
+            "apply",
+            "-n",
+            self.namespace,
+            "-f",
+            "-",
+            input=json.dumps(rljob(self.name, self.volume.claim, image, requests, steps, **run_policy)),
+        )
 
     def get(self) -> dict:
         return kubectl_json(self.node, "get", "rlj", self.name, "-n", self.namespace)
@@ -186,8 +226,15 @@ class TrainerPrometheus:
 
         prom = subprocess.run(["bash", str(REPO / "scripts" / "prometheus.sh")], capture_output=True, text=True, timeout=600)
         assert prom.returncode == 0, prom.stderr
-        rendered = node.plane.helm("template", "kuberl", str(CHART), "--kube-version", "1.37.2",
-                                   "--set", "podMonitor.enabled=true,image.repository=unused,trainerImage=unused").stdout
+        rendered = node.plane.helm(
+            "template",
+            "kuberl",
+            str(CHART),
+            "--kube-version",
+            "1.37.2",
+            "--set",
+            "podMonitor.enabled=true,image.repository=unused,trainerImage=unused",
+        ).stdout
         [monitor] = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "PodMonitor"]
         self.node, self.workdir = node, workdir
         self.selector = ",".join(f"{k}={v}" for k, v in monitor["spec"]["selector"]["matchLabels"].items())
@@ -195,13 +242,28 @@ class TrainerPrometheus:
         self.targets = workdir / "targets.json"
         self.targets.write_text("[]")
         config = workdir / "prometheus.yml"
-        config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [{
-            "job_name": "kuberl-trainers", "file_sd_configs": [{"files": [str(self.targets)], "refresh_interval": "1s"}]}]}))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s"},
+                    "scrape_configs": [
+                        {"job_name": "kuberl-trainers", "file_sd_configs": [{"files": [str(self.targets)], "refresh_interval": "1s"}]}
+                    ],
+                }
+            )
+        )
         self.port = free_port()
         self.log = workdir / "prometheus.log"
-        self.proc = subprocess.Popen([str(Path(prom.stdout.strip().splitlines()[-1]) / "prometheus"), f"--config.file={config}",
-                                      f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{self.port}"],
-                                     stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
+        self.proc = subprocess.Popen(
+            [
+                str(Path(prom.stdout.strip().splitlines()[-1]) / "prometheus"),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "w"),
+        )
 
     def discover(self, namespace: str) -> int:
         """Point Prometheus at the pods of `namespace` that the PodMonitor selects; how many there are."""
@@ -353,7 +415,7 @@ def test_a_killed_container_restarts_the_gang_from_the_last_checkpoint(real_node
     def last_step() -> int:
         path = gauntlet.volume.host / "metrics.jsonl"
         text = path.read_text() if path.exists() else ""
-        complete = text[:text.rfind("\n") + 1].splitlines()  # not a line still being written
+        complete = text[: text.rfind("\n") + 1].splitlines()  # not a line still being written
         return json.loads(complete[-1])["step"] if complete else 0
 
     now = last_step()
@@ -388,13 +450,20 @@ def test_a_killed_container_restarts_the_gang_from_the_last_checkpoint(real_node
     # The restarted gang went on from the last complete checkpoint: the step after it comes next,
     # and every step after the checkpoint that had already run ran again.
     assert resumed_from < steps[before - 1] + 1 and steps[before] == resumed_from + 1, (steps, before, resumed_from)
-    assert steps[before:before + 2] == [resumed_from + 1, resumed_from + 2], steps
+    assert steps[before : before + 2] == [resumed_from + 1, resumed_from + 2], steps
 
 
 def test_suspend_removes_the_pods_and_resume_continues_from_the_checkpoint(real_node, gauntlet: Job) -> None:
     patch = lambda value: real_node.plane.kubectl(  # noqa: E731
-        "patch", "rlj", gauntlet.name, "-n", gauntlet.namespace, "--type=merge", "-p",
-        json.dumps({"spec": {"runPolicy": {"suspend": value}}}))
+        "patch",
+        "rlj",
+        gauntlet.name,
+        "-n",
+        gauntlet.namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"runPolicy": {"suspend": value}}}),
+    )
     patch(True)
     gauntlet.wait_for(lambda: gauntlet.status().get("phase") == "Suspended" and not gauntlet.pods(), 300, "Suspended with no pod")
     checkpoint = gauntlet.status()["lastCheckpoint"]["step"]
@@ -437,14 +506,34 @@ def _node_queue(node, namespace: str) -> None:
     """A ClusterQueue of 1 CPU on the node (its own flavor), priorities, and a LocalQueue in `namespace`."""
     docs = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "node"}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": NODE_QUEUE},
-         "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
-                  "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{"name": "node", "resources": [
-                      {"name": "cpu", "nominalQuota": "1"}, {"name": "memory", "nominalQuota": "16Gi"}]}]}]}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": NODE_QUEUE},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": "node",
+                                "resources": [{"name": "cpu", "nominalQuota": "1"}, {"name": "memory", "nominalQuota": "16Gi"}],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "node-low"}, "value": 10},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": "node-high"}, "value": 1000},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": NODE_QUEUE, "namespace": namespace},
-         "spec": {"clusterQueue": NODE_QUEUE}},
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": NODE_QUEUE, "namespace": namespace},
+            "spec": {"clusterQueue": NODE_QUEUE},
+        },
     ]
     node.plane.kubectl("apply", "--server-side", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
 
@@ -455,19 +544,36 @@ def test_a_preempted_job_checkpoints_waits_resumes_and_ends_bitwise_equal(real_n
     a restart). When the high one ends, it is admitted again, resumes from that checkpoint, and ends with
     the uninterrupted job's weights, bit for bit."""
     queued = lambda priority: {"scheduling": {"queueName": NODE_QUEUE, "workloadPriorityClass": priority}}  # noqa: E731
-    low = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "low", prepare=lambda ns: _node_queue(real_node, ns),
-              requests=REQUESTS, **queued("node-low"))
+    low = Job(
+        real_node,
+        built_images["TRAINER_IMAGE"],
+        volumes,
+        "low",
+        prepare=lambda ns: _node_queue(real_node, ns),
+        requests=REQUESTS,
+        **queued("node-low"),
+    )
     high = None
     try:
         low.wait_for_step(INTERVAL + 1)
-        high = Job(real_node, built_images["TRAINER_IMAGE"], volumes, "high", prepare=lambda ns: _node_queue(real_node, ns),
-                   requests=REQUESTS, steps=4, **queued("node-high"))
-        status = low.wait_for(lambda: (s := low.status()).get("phase") == "Queued" and s.get("preemptions") == 1 and s,
-                              300, "the low job preempted")
+        high = Job(
+            real_node,
+            built_images["TRAINER_IMAGE"],
+            volumes,
+            "high",
+            prepare=lambda ns: _node_queue(real_node, ns),
+            requests=REQUESTS,
+            steps=4,
+            **queued("node-high"),
+        )
+        status = low.wait_for(
+            lambda: (s := low.status()).get("phase") == "Queued" and s.get("preemptions") == 1 and s, 300, "the low job preempted"
+        )
         queued_condition = next(c for c in status["conditions"] if c["type"] == "Queued")
         assert queued_condition["reason"] == "Preempted" and status.get("restarts", 0) == 0
-        low.wait_for(lambda: not [p for p in low.pods() if p["status"].get("phase") in ("Pending", "Running")], 300,
-                     "the preempted pods to stop")
+        low.wait_for(
+            lambda: not [p for p in low.pods() if p["status"].get("phase") in ("Pending", "Running")], 300, "the preempted pods to stop"
+        )
         from kuberl.engine.runtime.checkpoint import complete_steps
 
         stopped_at = max(complete_steps(low.volume.host))

@@ -36,7 +36,7 @@ TOOL_TIMEOUT_S = 5
 # corpus are bubblewrap's promises, not the pod's.
 POD_ONLY_GAPS = {
     "netlink-route refused": "a pod has a network namespace of its own: a netlink socket there shows only the pod's "
-                             "interfaces and, with no capability, changes nothing",
+    "interfaces and, with no capability, changes nothing",
 }
 # Left out of the pod-only run (none: the fork bomb, once left out, now ends with its call; the node's
 # podPidsLimit bounds it and the server, its namespace's init, ends it with one kill(-1)).
@@ -257,8 +257,9 @@ print(json.dumps({"left": left, "survivors": [p for p in procs if "kuberl-escape
 """
 
 
-def test_the_corpus_run_by_a_trainer_against_its_sandbox_pods_escapes_nowhere(real_node, network_policy_enforcer,
-                                                                              operator_release, built_images, volumes) -> None:
+def test_the_corpus_run_by_a_trainer_against_its_sandbox_pods_escapes_nowhere(
+    real_node, network_policy_enforcer, operator_release, built_images, volumes
+) -> None:
     from kuberl.engine.models.tiny import make_tiny_model
 
     node, ns = real_node, f"escapes-{uuid.uuid4().hex[:6]}"
@@ -268,40 +269,77 @@ def test_the_corpus_run_by_a_trainer_against_its_sandbox_pods_escapes_nowhere(re
     files = volumes / ns / "files"
     make_tiny_model(files / "model", seed=0)
     (files / "data").mkdir(parents=True)
-    (files / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n"
-                                                        for a in range(2)))
+    (files / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(2))
+    )
     (files / "plugins").mkdir()
     (files / "plugins" / "escape_corpus.py").write_text(
-        DRIVER % {"cases": json.dumps([asdict(c) for c in CASES]), "timeout": TOOL_TIMEOUT_S, "pod_view": POD_VIEW,
-                  "gaps": json.dumps(POD_ONLY_GAPS), "skipped": json.dumps(POD_ONLY_SKIPPED)})
+        DRIVER
+        % {
+            "cases": json.dumps([asdict(c) for c in CASES]),
+            "timeout": TOOL_TIMEOUT_S,
+            "pod_view": POD_VIEW,
+            "gaps": json.dumps(POD_ONLY_GAPS),
+            "skipped": json.dumps(POD_ONLY_SKIPPED),
+        }
+    )
     host_claim(node, ns, "rl-files", files, create_claim=True, read_only=True)
     out = host_claim(node, ns, "rl-out", volumes / ns / "out", create_claim=True)
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "attacked", "namespace": ns}, "spec": {
-        "image": built_images["TRAINER_IMAGE"], "imagePullPolicy": "Never",
-        "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
-        "model": {"path": "/data/model", "dtype": "float32"}, "tokenizer": {"chatTemplate": TEMPLATE},
-        "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
-        "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/escape_corpus.py"}]},
-        "rollout": {"samplesPerPrompt": 2, "maxNewTokens": 4, "kvCacheBytes": 64 << 20,
-                    "multiTurn": {"environment": "escape_corpus", "maxTurns": 1, "maxTotalTokens": 300,
-                                  "tools": [{"name": "python", "timeoutSeconds": TOOL_TIMEOUT_S}]}},
-        "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 1, "env": [{"name": "ESCAPE_SECRET", "value": secret}],
-                            "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
-        "trainer": {"totalSteps": 1, "promptsPerStep": 2, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                    "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 1}},
-        "monitoring": {"enabled": False}}}
+    job = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "attacked", "namespace": ns},
+        "spec": {
+            "image": built_images["TRAINER_IMAGE"],
+            "imagePullPolicy": "Never",
+            "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
+            "model": {"path": "/data/model", "dtype": "float32"},
+            "tokenizer": {"chatTemplate": TEMPLATE},
+            "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
+            "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/escape_corpus.py"}]},
+            "rollout": {
+                "samplesPerPrompt": 2,
+                "maxNewTokens": 4,
+                "kvCacheBytes": 64 << 20,
+                "multiTurn": {
+                    "environment": "escape_corpus",
+                    "maxTurns": 1,
+                    "maxTotalTokens": 300,
+                    "tools": [{"name": "python", "timeoutSeconds": TOOL_TIMEOUT_S}],
+                },
+            },
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "roles": {
+                "actor": {
+                    "replicas": 1,
+                    "env": [{"name": "ESCAPE_SECRET", "value": secret}],
+                    "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}],
+                }
+            },
+            "trainer": {
+                "totalSteps": 1,
+                "promptsPerStep": 2,
+                "microBatchSize": 4,
+                "seed": 3,
+                "optimizer": {"lr": 1e-4},
+                "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 1},
+            },
+            "monitoring": {"enabled": False},
+        },
+    }
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(job))
-    s = wait_for(node, ns, lambda: (st := status(node, ns, "attacked")).get("phase") in ("Succeeded", "Failed") and st, 1500,
-                 f"{ns}/attacked to end")
+    s = wait_for(
+        node, ns, lambda: (st := status(node, ns, "attacked")).get("phase") in ("Succeeded", "Failed") and st, 1500, f"{ns}/attacked to end"
+    )
     assert s["phase"] == "Succeeded", s
     # One attempt: a call that had signalled or killed the trainer (SIGUSR1's default ends it) would have restarted it.
     assert s["step"] == 1 and s.get("restarts", 0) == 0, s
 
     results = records(out / "escapes.jsonl")
     configs = ("tool", "pod-only")
-    assert [(r["config"], r["name"]) for r in results] == [(k, c.name) for k in configs for c in CASES
-                                                           if k == "tool" or c.name not in POD_ONLY_SKIPPED]
+    assert [(r["config"], r["name"]) for r in results] == [
+        (k, c.name) for k in configs for c in CASES if k == "tool" or c.name not in POD_ONLY_SKIPPED
+    ]
     escaped = {(r["config"], r["name"]): (r["found"], r["printed"]) for r in results if r["found"]}
     assert not escaped, escaped
     view = json.loads((out / "trainer-view.json").read_text())
@@ -314,8 +352,10 @@ def test_the_corpus_run_by_a_trainer_against_its_sandbox_pods_escapes_nowhere(re
     assert hooked["open-w"]["error"] and not unhooked["open-w"]["error"], (hooked["open-w"], unhooked["open-w"])
     assert "PermissionError" in unhooked["setuid-root-then-write"]["printed"], unhooked["setuid-root-then-write"]
 
-    pods = {p["metadata"]["name"]: p for p in json.loads(node.plane.kubectl(
-        "get", "pods", "-n", ns, "-l", "kuberl.dev/sandbox=attacked", "-o", "json").stdout)["items"]}
+    pods = {
+        p["metadata"]["name"]: p
+        for p in json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", "kuberl.dev/sandbox=attacked", "-o", "json").stdout)["items"]
+    }
     # A pod whose scratch volume a call filled is evicted and replaced (docs/security.md): a pod the views did not
     # reach must be such a replacement, made after the corpus began.
     assert view["pods"] and set(view["pods"]) <= set(pods), (sorted(pods), sorted(view["pods"]))

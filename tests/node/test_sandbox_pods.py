@@ -51,6 +51,7 @@ def ready_sandbox_pods(node, ns: str) -> list[dict]:
     pods = json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", "kuberl.dev/sandbox=agent", "-o", "json").stdout)["items"]
     return [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p.get("status", {}).get("conditions", []))]
 
+
 SNIPPET = (
     "import json, os\n"
     "pid1 = open('/proc/1/cmdline', 'rb').read().replace(bytes(1), b' ').decode()\n"
@@ -59,7 +60,8 @@ SNIPPET = (
     "                  'env': sorted(k for k in os.environ if k.startswith(('KUBERL', 'KUBERNETES', 'MASTER', 'HF_')))}))\n"
 )
 
-ENVIRONMENT = '''
+ENVIRONMENT = (
+    '''
 import json
 from kuberl.engine.agents import Environment, Observation, register_environment
 
@@ -83,11 +85,15 @@ class Where(Environment):
 @register_environment("where_tools_run", summary="calls the python tool every turn and records where it ran")
 def where_tools_run(setup):
     return Where(setup)
-''' % SNIPPET
+'''
+    % SNIPPET
+)
 
-TEMPLATE = ("{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}<|im_end|>\n{% endif %}"
-            "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TEMPLATE = (
+    "{% if tools %}<|im_start|>system\ntools:{% for t in tools %} {{ t['function']['name'] }}{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 @pytest.mark.parametrize("backend", ["pods", "agentSandbox"])
@@ -104,28 +110,52 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
     files = volumes / ns / "files"
     make_tiny_model(files / "model", seed=0)
     (files / "data").mkdir(parents=True)
-    (files / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n"
-                                                        for a in range(4) for b in range(4)))
+    (files / "data" / "train.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + {b}?", "answer": str(a + b)}) + "\n" for a in range(4) for b in range(4))
+    )
     (files / "plugins").mkdir()
     (files / "plugins" / "where_tools_run.py").write_text(ENVIRONMENT)
     host_claim(node, ns, "rl-files", files, create_claim=True, read_only=True)
     out = host_claim(node, ns, "rl-out", volumes / ns / "out", create_claim=True)
-    job = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "agent", "namespace": ns}, "spec": {
-        "image": image, "imagePullPolicy": "Never",
-        "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
-        "model": {"path": "/data/model", "dtype": "float32"}, "tokenizer": {"chatTemplate": TEMPLATE},
-        "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
-        "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/where_tools_run.py"}]},
-        "rollout": {"samplesPerPrompt": 4, "maxNewTokens": 6, "kvCacheBytes": 64 << 20,
-                    "multiTurn": {"environment": "where_tools_run", "maxTurns": 2, "maxTotalTokens": 300,
-                                  # Only the backend: the defaults (2 pods of 500m CPU and 1Gi) are what a job gets.
-                                  "sandbox": {"backend": backend},
-                                  "tools": [{"name": "python", "timeoutSeconds": 20}]}},
-        "reward": {"rules": [{"name": "math_answer"}]},
-        "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
-        "trainer": {"totalSteps": 1, "promptsPerStep": 4, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                    "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 1}, "exportPath": "/out/final"},
-        "monitoring": {"enabled": False}}}
+    job = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "agent", "namespace": ns},
+        "spec": {
+            "image": image,
+            "imagePullPolicy": "Never",
+            "volumes": [{"name": "files", "persistentVolumeClaim": {"claimName": "rl-files", "readOnly": True}}],
+            "model": {"path": "/data/model", "dtype": "float32"},
+            "tokenizer": {"chatTemplate": TEMPLATE},
+            "data": {"train": {"path": "/data/data/train.jsonl"}, "maxPromptLength": 200},
+            "algorithm": {"name": "grpo", "plugins": [{"path": "/data/plugins/where_tools_run.py"}]},
+            "rollout": {
+                "samplesPerPrompt": 4,
+                "maxNewTokens": 6,
+                "kvCacheBytes": 64 << 20,
+                "multiTurn": {
+                    "environment": "where_tools_run",
+                    "maxTurns": 2,
+                    "maxTotalTokens": 300,
+                    # Only the backend: the defaults (2 pods of 500m CPU and 1Gi) are what a job gets.
+                    "sandbox": {"backend": backend},
+                    "tools": [{"name": "python", "timeoutSeconds": 20}],
+                },
+            },
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "roles": {"actor": {"replicas": 1, "volumeMounts": [{"name": "files", "mountPath": "/data", "readOnly": True}]}},
+            "trainer": {
+                "totalSteps": 1,
+                "promptsPerStep": 4,
+                "microBatchSize": 4,
+                "seed": 3,
+                "optimizer": {"lr": 1e-4},
+                "checkpoint": {"path": "/out", "claimName": "rl-out", "interval": 1},
+                "exportPath": "/out/final",
+            },
+            "monitoring": {"enabled": False},
+        },
+    }
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(job))
     wait_for(node, ns, lambda: len(ready_sandbox_pods(node, ns)) == 2, 300, "the sandbox pods ready")
     s = wait_phase(node, ns, "agent", "Succeeded")
@@ -155,8 +185,9 @@ def test_the_python_tool_runs_in_the_jobs_sandbox_pods(real_node, operator_relea
         assert "sandbox-serve" in seen["pid1"] or "bwrap" in seen["pid1"] or seen["host"] == "sandbox", seen
         assert seen["host"] in hosts | {"sandbox"}, seen
         assert seen["serviceAccount"] is False and seen["env"] == [], seen
-    logs = "".join(node.plane.kubectl("logs", p["metadata"]["name"], "-n", ns, check=False).stdout
-                   for p in json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", "kuberl.dev/job=agent", "-o",
-                                                          "json").stdout)["items"])
+    logs = "".join(
+        node.plane.kubectl("logs", p["metadata"]["name"], "-n", ns, check=False).stdout
+        for p in json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-l", "kuberl.dev/job=agent", "-o", "json").stdout)["items"]
+    )
     assert "tool calls run in the job's sandbox pods" in logs, logs[-3000:]
     node.plane.kubectl("delete", "namespace", ns, "--wait=false", check=False)

@@ -36,13 +36,36 @@ ALGORITHMS = [
     # token_sum and lossScaleFactor, the abs and straight-through KL estimators, REINFORCE++'s gamma, CISPO's lower bound.
     {"name": "grpo", "klEstimator": "abs", "advantage": {"name": "gdpo"}, "policyLoss": {"name": "dppo_tv"}},
     {"name": "grpo", "klEstimator": "k3+", "advantage": {"name": "optimal_token_baseline"}, "policyLoss": {"name": "dro"}},
-    {"name": "grpo", "klEstimator": "abs+", "klInReward": True, "advantage": {"name": "tir_optimal_token_baseline"},
-     "policyLoss": {"name": "dppo_kl"}},
-    {"name": "grpo", "klEstimator": "k1+", "lossAggregation": "token_sum",
-     "policyLoss": {"name": "bypass", "options": {"lossType": "reinforce", "rolloutIs": "token", "aggregation": "token_sum",
-                                                   "isBatchNormalize": True, "rolloutRs": "token_k3", "rsThreshold": 0.5}}},
-    {"name": "reinforce_pp", "reinforcePp": {"gamma": 0.9}, "lossAggregation": "seq_mean_token_sum_norm", "lossScaleFactor": 4,
-     "policyLoss": {"name": "cispo", "options": {"clipLow": 0.5, "aggregation": "seq_mean_token_sum_norm"}}},
+    {
+        "name": "grpo",
+        "klEstimator": "abs+",
+        "klInReward": True,
+        "advantage": {"name": "tir_optimal_token_baseline"},
+        "policyLoss": {"name": "dppo_kl"},
+    },
+    {
+        "name": "grpo",
+        "klEstimator": "k1+",
+        "lossAggregation": "token_sum",
+        "policyLoss": {
+            "name": "bypass",
+            "options": {
+                "lossType": "reinforce",
+                "rolloutIs": "token",
+                "aggregation": "token_sum",
+                "isBatchNormalize": True,
+                "rolloutRs": "token_k3",
+                "rsThreshold": 0.5,
+            },
+        },
+    },
+    {
+        "name": "reinforce_pp",
+        "reinforcePp": {"gamma": 0.9},
+        "lossAggregation": "seq_mean_token_sum_norm",
+        "lossScaleFactor": 4,
+        "policyLoss": {"name": "cispo", "options": {"clipLow": 0.5, "aggregation": "seq_mean_token_sum_norm"}},
+    },
     # A preset and a loss from plug-in files (examples/plugins/; the estimator's whole job: tests/rl/test_runs.py).
     {"name": "rloo_dro", "plugins": [{"path": str(PLUGINS / "rloo_dro.py")}]},
     {"name": "grpo", "plugins": [{"path": str(PLUGINS / "soft_clip.py")}], "policyLoss": {"name": "soft_clip", "options": {"width": 0.5}}},
@@ -62,11 +85,29 @@ def test_every_preset_and_registered_entry_takes_a_real_step_dp2(make_job, tmp_p
     out = tmp_path / "steps.jsonl"
     procs = []
     for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(config.master_port), "KUBERL_CONFIG": str(run / "engine-config.json"), "KUBERL_ROLE": "actor",
-               "KUBERL_JOB": "tiny", "KUBERL_RUN_DIR": str(run), "KUBERL_THREADS": "1", "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), "--algorithms", json.dumps(ALGORITHMS), "--out", str(out)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(config.master_port),
+            "KUBERL_CONFIG": str(run / "engine-config.json"),
+            "KUBERL_ROLE": "actor",
+            "KUBERL_JOB": "tiny",
+            "KUBERL_RUN_DIR": str(run),
+            "KUBERL_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), "--algorithms", json.dumps(ALGORITHMS), "--out", str(out)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     logs = [p.communicate(timeout=900)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
     steps = [json.loads(line) for line in out.read_text().splitlines()]

@@ -17,8 +17,11 @@ from kuberl.engine.runtime.metrics import GAUGES
 pytestmark = pytest.mark.slow
 
 STEPS = 5
-DATA = {"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
-        "validation": {"generator": {"name": "arithmetic", "count": 4, "seed": 2, "maxOperand": 9}}, "maxPromptLength": 64}
+DATA = {
+    "train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
+    "validation": {"generator": {"name": "arithmetic", "count": 4, "seed": 2, "maxOperand": 9}},
+    "maxPromptLength": 64,
+}
 SEPARATE = {"rollout": {"replicas": 2, "layout": {"dp": 2}}}
 
 
@@ -28,8 +31,7 @@ def records(run: Path) -> list[dict]:
 
 def run_one_thread(kuberl_cli: str, job: Path, run: Path) -> None:
     # One thread per rank in both runs: the same float sums in every matrix product.
-    result = subprocess.run([kuberl_cli, "run", str(job), "--out", str(run), "--threads", "1"],
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run([kuberl_cli, "run", str(job), "--out", str(run), "--threads", "1"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -39,8 +41,16 @@ def exported(run: Path) -> dict[str, torch.Tensor]:
     return load_file(run / "final" / "model.safetensors")
 
 
-ASYNC_GAUGE_KEYS = [GAUGES[name][1] for name in ("kuberl_staleness", "kuberl_staleness_mean", "kuberl_weight_sync_seconds",
-                                                  "kuberl_weight_sync_bytes", "kuberl_weight_sync_version")]
+ASYNC_GAUGE_KEYS = [
+    GAUGES[name][1]
+    for name in (
+        "kuberl_staleness",
+        "kuberl_staleness_mean",
+        "kuberl_weight_sync_seconds",
+        "kuberl_weight_sync_bytes",
+        "kuberl_weight_sync_version",
+    )
+]
 
 
 def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(make_job, kuberl_cli: str) -> None:
@@ -48,16 +58,29 @@ def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(ma
     common = dict(steps=STEPS, data=DATA, validationInterval=2)
     ref = {"ref": {"colocateWith": "actor"}}
     colocated_job, colocated = make_job("colocated", algorithm={"name": "grpo", "klCoef": 0.05}, roles=ref, **common)
-    separate_job, separate = make_job("separate", algorithm={"name": "grpo", "klCoef": 0.05, "async": {"maxStaleness": 0}},
-                                      rollout={"placement": "separate"}, roles={**ref, **SEPARATE}, **common)
+    separate_job, separate = make_job(
+        "separate",
+        algorithm={"name": "grpo", "klCoef": 0.05, "async": {"maxStaleness": 0}},
+        rollout={"placement": "separate"},
+        roles={**ref, **SEPARATE},
+        **common,
+    )
     for job, run in ((colocated_job, colocated), (separate_job, separate)):
         run_one_thread(kuberl_cli, job, run)
     logs = (separate / "logs" / "rank-2.log").read_text()
     assert "role rollout ready on ranks 2..3 (2 vLLM engine(s))" in logs
     a, b = records(colocated), records(separate)
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(0, STEPS + 1))  # step 0: validation alone
-    keys = ("reward_mean", "response_length_mean", "policy_loss", "entropy", "grad_norm", "kl", "rollout/mismatch_kl",
-            "validation_reward_mean")
+    keys = (
+        "reward_mean",
+        "response_length_mean",
+        "policy_loss",
+        "entropy",
+        "grad_norm",
+        "kl",
+        "rollout/mismatch_kl",
+        "validation_reward_mean",
+    )
     for left, right in zip(a, b):
         assert [k for k in keys if k in left] == [k for k in keys if k in right]
         for key in (k for k in keys if k in left):
@@ -79,10 +102,14 @@ def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(ma
 
 
 @pytest.mark.parametrize("bound", [1, 2])
-def test_max_staleness_generates_ahead_within_the_bound_and_corrects_with_behaviour_logprobs(make_job, kuberl_cli: str,
-                                                                                            bound: int) -> None:
-    job, run = make_job("async", steps=STEPS, rollout={"placement": "separate"}, roles=SEPARATE,
-                        algorithm={"name": "grpo", "async": {"maxStaleness": bound}, "oldLogprobs": "recompute", "tis": {"cap": 2.0}})
+def test_max_staleness_generates_ahead_within_the_bound_and_corrects_with_behaviour_logprobs(make_job, kuberl_cli: str, bound: int) -> None:
+    job, run = make_job(
+        "async",
+        steps=STEPS,
+        rollout={"placement": "separate"},
+        roles=SEPARATE,
+        algorithm={"name": "grpo", "async": {"maxStaleness": bound}, "oldLogprobs": "recompute", "tis": {"cap": 2.0}},
+    )
     run_one_thread(kuberl_cli, job, run)
     steps = records(run)
     assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
@@ -109,8 +136,13 @@ def test_a_stopped_async_run_resumes_and_equals_an_uninterrupted_one(make_job, s
     from kuberl.engine.runtime.checkpoint import complete_steps, load
 
     steps = 6
-    common = dict(steps=steps, rollout={"placement": "separate"}, roles=SEPARATE, checkpoint_interval=1000,
-                  algorithm={"name": "grpo", "async": {"maxStaleness": 1}})
+    common = dict(
+        steps=steps,
+        rollout={"placement": "separate"},
+        roles=SEPARATE,
+        checkpoint_interval=1000,
+        algorithm={"name": "grpo", "async": {"maxStaleness": 1}},
+    )
     job, run = make_job("stopped", **common)
     whole_job, whole = make_job("whole", **common)
     run_one_thread(kuberl_cli, whole_job, whole)
@@ -148,8 +180,9 @@ def test_a_killed_rollout_rank_ends_the_run_with_its_name(make_job, start_traini
     import os
     import signal
 
-    job, run = make_job("killed", steps=50, rollout={"placement": "separate"}, roles=SEPARATE,
-                        algorithm={"name": "grpo", "async": {"maxStaleness": 1}})
+    job, run = make_job(
+        "killed", steps=50, rollout={"placement": "separate"}, roles=SEPARATE, algorithm={"name": "grpo", "async": {"maxStaleness": 1}}
+    )
     proc, pids = start_training(job, run)
     try:
         os.kill(pids["3"], signal.SIGKILL)  # the second rollout engine, mid-run

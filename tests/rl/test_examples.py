@@ -31,8 +31,9 @@ def records(path: Path) -> list[dict]:
 
 def test_the_dpo_example_runs_as_written(kuberl_cli: str, tmp_path: Path) -> None:
     root = root_like(tmp_path)
-    run = subprocess.run([kuberl_cli, "run", "examples/dpo.yaml", "--metrics-port", "0"], cwd=root,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [kuberl_cli, "run", "examples/dpo.yaml", "--metrics-port", "0"], cwd=root, capture_output=True, text=True, timeout=900
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     steps = records(root / "runs" / "dpo-smollm2" / "metrics.jsonl")
     assert [r["step"] for r in steps] == [1, 2, 3, 4]  # 64 pairs, 16 a step, one epoch
@@ -49,8 +50,13 @@ def test_the_main_job_runs_as_written_and_stops_at_a_step_boundary_on_sigterm(ku
     it converts the model, generates, scores and trains; SIGTERM stops it with a checkpoint of the step it was in."""
     root = root_like(tmp_path)
     log = open(tmp_path / "run.log", "w")
-    proc = subprocess.Popen([kuberl_cli, "run", "examples/grpo-smollm2-arith.yaml", "--metrics-port", "0"], cwd=root,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [kuberl_cli, "run", "examples/grpo-smollm2-arith.yaml", "--metrics-port", "0"],
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     metrics = root / "runs" / "grpo-smollm2-arith" / "metrics.jsonl"
     try:
         deadline = time.monotonic() + 600
@@ -85,8 +91,9 @@ def test_the_agent_calculator_example_runs_shortened(kuberl_cli: str, tmp_path: 
     spec["trainer"].update(totalSteps=2, promptsPerStep=2, miniBatchSize=8)
     spec["rollout"]["samplesPerPrompt"] = 4
     (root / "agent-calculator.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    run = subprocess.run([kuberl_cli, "run", "agent-calculator.yaml", "--metrics-port", "0"], cwd=root,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [kuberl_cli, "run", "agent-calculator.yaml", "--metrics-port", "0"], cwd=root, capture_output=True, text=True, timeout=900
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     out = root / "runs" / "agent-calculator"
     steps = [r for r in records(out / "metrics.jsonl") if "reward_mean" in r]

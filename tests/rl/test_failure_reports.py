@@ -15,8 +15,13 @@ from .conftest import manifest
 
 
 def _run(cli: str, job: Path, run: Path, log: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([cli, "run", str(job), "--out", str(run)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "KUBERL_TERMINATION_LOG": str(log)})
+    return subprocess.run(
+        [cli, "run", str(job), "--out", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "KUBERL_TERMINATION_LOG": str(log)},
+    )
 
 
 def test_an_unsupported_architecture_is_reported_as_not_retryable(kuberl_cli: str, tiny_model: Path, tmp_path: Path) -> None:
@@ -41,8 +46,9 @@ def test_an_unsupported_architecture_is_reported_as_not_retryable(kuberl_cli: st
 def test_a_reward_file_that_fails_to_import_is_reported_as_not_retryable(kuberl_cli: str, tiny_model: Path, tmp_path: Path) -> None:
     reward = tmp_path / "reward.py"
     reward.write_text("import math\nSCALE = 1 / 0\n\ndef score(prompt, response, **kw):\n    return 0.0\n")
-    job = manifest(tmp_path / "job.yaml", tiny_model, tmp_path / "run", layout={"dp": 1},
-                   reward={"python": {"path": str(reward), "function": "score"}})
+    job = manifest(
+        tmp_path / "job.yaml", tiny_model, tmp_path / "run", layout={"dp": 1}, reward={"python": {"path": str(reward), "function": "score"}}
+    )
     job.write_text(job.read_text().replace("gpusPerReplica: 2", "gpusPerReplica: 1"))
     log = tmp_path / "termination-log"
     result = _run(kuberl_cli, job, tmp_path / "run", log)

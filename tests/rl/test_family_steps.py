@@ -31,8 +31,10 @@ from .conftest import kuberl_run, manifest
 
 pytestmark = pytest.mark.slow
 
-MOE_UNDER_TP = ("tp=2 is not supported for mixture-of-experts models yet: megatron-core trains MoE under tensor "
-                "parallelism only with sequence parallelism; use tp=1 (and ep)")
+MOE_UNDER_TP = (
+    "tp=2 is not supported for mixture-of-experts models yet: megatron-core trains MoE under tensor "
+    "parallelism only with sequence parallelism; use tp=1 (and ep)"
+)
 """What `kuberl run` says of a mixture of experts under tp=2 (LlamaArch.check_layout)."""
 
 
@@ -43,9 +45,19 @@ def one_step_job(family: str, tmp_path: Path, layout: dict | None = None) -> tup
 
     model = make_tiny_model(tmp_path / "model", family=family)
     run = tmp_path / "run"
-    job = manifest(tmp_path / "job.yaml", model, run, name=f"tiny-{family.replace('_', '-')}", roles={},
-                   layout=layout or {"dp": 1}, steps=1, samples=4, promptsPerStep=2, microBatchSize=4,
-                   reward={"rules": [{"name": "format", "args": {"pattern": r".*\d.*"}}]})
+    job = manifest(
+        tmp_path / "job.yaml",
+        model,
+        run,
+        name=f"tiny-{family.replace('_', '-')}",
+        roles={},
+        layout=layout or {"dp": 1},
+        steps=1,
+        samples=4,
+        promptsPerStep=2,
+        microBatchSize=4,
+        reward={"rules": [{"name": "format", "args": {"pattern": r".*\d.*"}}]},
+    )
     if layout is None:
         job.write_text(job.read_text().replace("gpusPerReplica: 2", "gpusPerReplica: 1"))
     return model, job, run

@@ -18,8 +18,12 @@ CHECK = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
 
 def test_the_gpu_check_passes_on_cpu_less_its_device_memory_checks(tiny_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
-    done = subprocess.run([str(KUBERL), "gpu-check", "--cpu", "--model", str(tiny_model), "--port", str(free_port()),
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(KUBERL), "gpu-check", "--cpu", "--model", str(tiny_model), "--port", str(free_port()), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     report = json.loads(out.read_text())
     assert report["checks"] == {"packed_matches_padded": True, "completions_changed": True, "finite_grad_norms": True}

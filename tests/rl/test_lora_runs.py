@@ -17,11 +17,14 @@ pytestmark = pytest.mark.slow
 LORA = {"rank": 4, "alpha": 8}
 
 
-def test_lora_grpo_tp2_moves_the_adapter_only_and_exports_it_for_peft(make_job, run_job, tiny_model: Path,
-                                                                      tmp_path: Path) -> None:
-    job, run = make_job(algorithm={"name": "grpo", "klCoef": 0.05}, roles={"ref": {"colocateWith": "actor"}},
-                        layout={"tp": 2}, optimizer={"lr": 1e-2},
-                        lora={**LORA, "mergedExportPath": str(tmp_path / "run" / "merged")})
+def test_lora_grpo_tp2_moves_the_adapter_only_and_exports_it_for_peft(make_job, run_job, tiny_model: Path, tmp_path: Path) -> None:
+    job, run = make_job(
+        algorithm={"name": "grpo", "klCoef": 0.05},
+        roles={"ref": {"colocateWith": "actor"}},
+        layout={"tp": 2},
+        optimizer={"lr": 1e-2},
+        lora={**LORA, "mergedExportPath": str(tmp_path / "run" / "merged")},
+    )
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [r for r in records(run) if "reward_mean" in r]
@@ -65,8 +68,7 @@ def test_lora_resume_after_sigterm_is_exact_pp2(make_job, run_job, start_trainin
     straight_job, straight = make_job("straight", steps=STOP_STEPS, layout={"pp": 2}, lora=LORA, optimizer={"lr": 1e-2})
     result = run_job(straight_job, straight)
     assert result.returncode == 0, result.stderr[-3000:]
-    job, resumed = make_job("resumed", steps=STOP_STEPS, layout={"pp": 2}, checkpoint_interval=1000, lora=LORA,
-                            optimizer={"lr": 1e-2})
+    job, resumed = make_job("resumed", steps=STOP_STEPS, layout={"pp": 2}, checkpoint_interval=1000, lora=LORA, optimizer={"lr": 1e-2})
     proc, _ = start_training(job, resumed)
     try:
         proc.send_signal(signal.SIGTERM)
@@ -89,11 +91,18 @@ def test_lora_resume_after_sigterm_is_exact_pp2(make_job, run_job, start_trainin
 
 def test_lora_dpo_starts_at_its_reference_the_base_with_the_adapter_off(make_job, run_job, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n"
-                             for a in range(4)))
-    job, run = make_job(algorithm={"name": "dpo", "dpo": {"beta": 0.1}}, roles={"ref": {"colocateWith": "actor"}},
-                        data={"train": {"path": str(pairs)}, "maxPromptLength": 64, "chosenField": "chosen",
-                              "rejectedField": "rejected"}, steps=2, microBatchSize=2, lora=LORA, optimizer={"lr": 1e-2})
+    pairs.write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n" for a in range(4))
+    )
+    job, run = make_job(
+        algorithm={"name": "dpo", "dpo": {"beta": 0.1}},
+        roles={"ref": {"colocateWith": "actor"}},
+        data={"train": {"path": str(pairs)}, "maxPromptLength": 64, "chosenField": "chosen", "rejectedField": "rejected"},
+        steps=2,
+        microBatchSize=2,
+        lora=LORA,
+        optimizer={"lr": 1e-2},
+    )
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = records(run)
@@ -103,8 +112,12 @@ def test_lora_dpo_starts_at_its_reference_the_base_with_the_adapter_off(make_job
 
 
 def test_lora_ppo_with_a_full_critic(make_job, run_job) -> None:
-    job, run = make_job(algorithm={"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}},
-                        roles={"critic": {"colocateWith": "actor"}}, samples=2, lora=LORA)
+    job, run = make_job(
+        algorithm={"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}},
+        roles={"critic": {"colocateWith": "actor"}},
+        samples=2,
+        lora=LORA,
+    )
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [r for r in records(run) if "reward_mean" in r]

@@ -32,9 +32,21 @@ def test_grpo_step_with_expert_parallelism(kuberl_cli: str, tmp_path: Path) -> N
 
     model = make_tiny_model(tmp_path / "model", family="qwen3_moe")
     run = tmp_path / "run"
-    job = manifest(tmp_path / "job.yaml", model, run, name="tiny-qwen3-moe-ep", roles={}, layout={"dp": 2, "ep": 2},
-                   steps=1, samples=4, promptsPerStep=2, microBatchSize=4, sequencePacking=True, microBatchTokens=40,
-                   reward={"rules": [{"name": "format", "args": {"pattern": r".*\d.*"}}]})
+    job = manifest(
+        tmp_path / "job.yaml",
+        model,
+        run,
+        name="tiny-qwen3-moe-ep",
+        roles={},
+        layout={"dp": 2, "ep": 2},
+        steps=1,
+        samples=4,
+        promptsPerStep=2,
+        microBatchSize=4,
+        sequencePacking=True,
+        microBatchTokens=40,
+        reward={"rules": [{"name": "format", "args": {"pattern": r".*\d.*"}}]},
+    )
     result = kuberl_run(kuberl_cli, job, run, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -18,10 +18,14 @@ STEPS = 6
 
 
 def multi_turn_job(make_job, name: str, steps: int, **kwargs):
-    return make_job(name, steps=steps, algorithm={"name": "grpo", "plugins": [{"path": str(GUESS)}]},
-                    rollout={"multiTurn": {"environment": "guess_number", "environmentOptions": {"reward": 1.0},
-                                           "maxTurns": 3, "maxTotalTokens": 48}},
-                    reward={"rules": [{"name": "math_answer"}]}, **kwargs)
+    return make_job(
+        name,
+        steps=steps,
+        algorithm={"name": "grpo", "plugins": [{"path": str(GUESS)}]},
+        rollout={"multiTurn": {"environment": "guess_number", "environmentOptions": {"reward": 1.0}, "maxTurns": 3, "maxTotalTokens": 48}},
+        reward={"rules": [{"name": "math_answer"}]},
+        **kwargs,
+    )
 
 
 def test_multi_turn_grpo_over_two_ranks(make_job, run_job) -> None:

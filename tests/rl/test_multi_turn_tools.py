@@ -42,11 +42,27 @@ def steps_of(model: Path, tmp_path: Path, algorithms: list[dict], roles: dict | 
     run.mkdir(parents=True)
     (run / "engine-config.json").write_text(config.model_dump_json(by_alias=True))
     out = tmp_path / "steps.jsonl"
-    env = {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(config.master_port), "KUBERL_CONFIG": str(run / "engine-config.json"), "KUBERL_ROLE": "actor",
-           "KUBERL_JOB": "tools", "KUBERL_RUN_DIR": str(run), "KUBERL_THREADS": "2", "OMP_NUM_THREADS": "2"}
-    proc = subprocess.run([sys.executable, str(WORKER), "--algorithms", json.dumps(algorithms), "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(config.master_port),
+        "KUBERL_CONFIG": str(run / "engine-config.json"),
+        "KUBERL_ROLE": "actor",
+        "KUBERL_JOB": "tools",
+        "KUBERL_RUN_DIR": str(run),
+        "KUBERL_THREADS": "2",
+        "OMP_NUM_THREADS": "2",
+    }
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), "--algorithms", json.dumps(algorithms), "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     steps = [json.loads(line) for line in out.read_text().splitlines()]
     assert [s["algorithm"]["name"] for s in steps] == [a["name"] for a in algorithms]
@@ -60,9 +76,18 @@ def check_common(step: dict, *keys: str) -> list[dict]:
     name = step["algorithm"]["name"]
     assert step["estimators"] == [ESTIMATOR[name]] == [PRESET_ADVANTAGE[name]], (name, step["estimators"])
     assert step["moved"], f"{name}: the actor's weights did not change"
-    for key in ("reward_mean", "policy_loss", "grad_norm", "multi_turn/turns_mean", "multi_turn/policy_token_share",
-                "multi_turn/tool_calls", "multi_turn/tool_errors", "multi_turn/tool_calls_per_trajectory",
-                "multi_turn/tool_seconds_mean", *keys):
+    for key in (
+        "reward_mean",
+        "policy_loss",
+        "grad_norm",
+        "multi_turn/turns_mean",
+        "multi_turn/policy_token_share",
+        "multi_turn/tool_calls",
+        "multi_turn/tool_errors",
+        "multi_turn/tool_calls_per_trajectory",
+        "multi_turn/tool_seconds_mean",
+        *keys,
+    ):
         assert key in step and math.isfinite(step[key]), (name, key, step.get(key))
     assert step["multi_turn/tool_calls"] > 0 and 0 < step["multi_turn/policy_token_share"] < 1, step
     trajectories = step["trajectories"]
@@ -112,7 +137,11 @@ def test_multi_turn_tool_calls_under_grpo_and_rloo(taught_model: Path, tmp_path:
 
 
 def test_multi_turn_tool_calls_under_ppo_with_a_critic(taught_model: Path, tmp_path: Path) -> None:
-    [step] = steps_of(taught_model, tmp_path, [{"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}}],
-                      roles={"critic": {"colocateWith": "actor"}})
+    [step] = steps_of(
+        taught_model,
+        tmp_path,
+        [{"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}}],
+        roles={"critic": {"colocateWith": "actor"}},
+    )
     trajectories = check_common(step, "critic/value_loss", "critic/grad_norm")
     assert ran_own_calls(trajectories) >= len(trajectories) // 2

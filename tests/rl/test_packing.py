@@ -45,10 +45,34 @@ def layouts(model: Path, tmp_path: Path, tp: int, pp: int, dp: int = 1) -> list[
         return _RUNS[tp, pp, dp]
     torch.save({"prompts": PROMPTS, "responses": RESPONSES, "micro_batch_size": 2}, tmp_path / "batch.pt")
     port, world = free_port(), tp * pp * dp
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(world), "--port", str(port),
-                               "--tp", str(tp), "--pp", str(pp), "--model", str(model), "--batch", str(tmp_path / "batch.pt"),
-                               "--out", str(tmp_path / "out")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--port",
+                str(port),
+                "--tp",
+                str(tp),
+                "--pp",
+                str(pp),
+                "--model",
+                str(model),
+                "--batch",
+                str(tmp_path / "batch.pt"),
+                "--out",
+                str(tmp_path / "out"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
     for p in procs:
         output, _ = p.communicate(timeout=300)
         assert p.returncode == 0, output[-3000:]
@@ -75,8 +99,7 @@ def test_packed_and_shared_prefix_equal_the_padded_path(tiny_model: Path, tmp_pa
 
 
 @pytest.mark.parametrize("tp,pp,dp", [(1, 1, 1), (1, 1, 2), (2, 1, 1), (1, 2, 1)])
-def test_an_update_does_not_depend_on_how_its_mini_batch_is_cut(tiny_model: Path, tmp_path: Path, tp: int, pp: int,
-                                                                 dp: int) -> None:
+def test_an_update_does_not_depend_on_how_its_mini_batch_is_cut(tiny_model: Path, tmp_path: Path, tp: int, pp: int, dp: int) -> None:
     """Micro-batches of one sequence, of two, or by a token budget, on one DP rank or two, give the
     gradient of the whole mini-batch in one micro-batch, for every loss aggregation."""
     for rank, out in enumerate(layouts(tiny_model, tmp_path, tp, pp, dp)):
@@ -99,7 +122,7 @@ def test_without_the_totals_a_cut_would_change_the_update() -> None:
     per_token = torch.arange(batch.mask.numel(), dtype=torch.float32).reshape(batch.mask.shape) * batch.mask
     whole = float(per_token.sum() / batch.mask.sum())
     mbs = micro_batches(batch, 4)
-    means = [float((per_token[i:i + len(mb)] * mb.mask).sum() / mb.mask.sum()) for i, mb in zip((0, 4), mbs)]
+    means = [float((per_token[i : i + len(mb)] * mb.mask).sum() / mb.mask.sum()) for i, mb in zip((0, 4), mbs)]
     assert abs(sum(means) / len(means) - whole) > 1e-3
     totals = UpdateTotals.of(batch, len(mbs), dp=1)
     scaled = sum(m * totals.scale(mb, "token_mean") for m, mb in zip(means, mbs)) / len(mbs)

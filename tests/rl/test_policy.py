@@ -16,11 +16,34 @@ WORKER = Path(__file__).parent / "workers" / "policy_check.py"
 
 def run(model: Path, batch: Path, out: Path, tp: int = 1, temperature: float = 1.0) -> dict:
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(WORKER), "--rank", str(r), "--world", str(tp), "--port", str(port),
-                               "--tp", str(tp), "--model", str(model), "--batch", str(batch), "--out", str(out),
-                               "--temperature", str(temperature)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for r in range(tp)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(WORKER),
+                "--rank",
+                str(r),
+                "--world",
+                str(tp),
+                "--port",
+                str(port),
+                "--tp",
+                str(tp),
+                "--model",
+                str(model),
+                "--batch",
+                str(batch),
+                "--out",
+                str(out),
+                "--temperature",
+                str(temperature),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(tp)
+    ]
     for p in procs:
         output, _ = p.communicate(timeout=300)
         assert p.returncode == 0, output[-3000:]
@@ -39,7 +62,7 @@ def test_response_logprobs_and_entropy_match_transformers(tiny_model: Path, tmp_
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     for b, (p, r) in enumerate(zip(prompts, responses)):
         with torch.no_grad():
-            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1:len(p) + len(r) - 1]
+            logits = model(torch.tensor([p + r])).logits[0, len(p) - 1 : len(p) + len(r) - 1]
         logp = torch.log_softmax(logits / temperature, -1)
         expected = logp.gather(1, torch.tensor(r)[:, None])[:, 0]
         entropy = -(logp.exp() * logp).sum(-1)

@@ -18,8 +18,10 @@ def spec(**kwargs) -> DataSpec:
     return DataSpec.model_validate({"train": {"generator": {"name": "arithmetic"}}, **kwargs})
 
 
-@pytest.mark.parametrize(("text", "number"), [("12 + 7 = 19", 19.0), ("The answer is 1,234.", 1234.0),
-                                              ("-3", -3.0), ("no digits", None), ("2.50 then 7.25", 7.25)])
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("12 + 7 = 19", 19.0), ("The answer is 1,234.", 1234.0), ("-3", -3.0), ("no digits", None), ("2.50 then 7.25", 7.25)],
+)
 def test_last_number(text: str, number: float | None) -> None:
     assert last_number(text) == number
 
@@ -31,11 +33,17 @@ def test_math_answer_reads_the_last_number() -> None:
 
 
 def test_weighted_rules_and_arguments() -> None:
-    rewarder = Rewarder(RewardSpec.model_validate({"rules": [
-        {"name": "math_answer", "weight": 2.0},
-        {"name": "format", "weight": 0.5},
-        {"name": "length_penalty", "weight": 1.0, "args": {"max_chars": 4}},
-    ]}))
+    rewarder = Rewarder(
+        RewardSpec.model_validate(
+            {
+                "rules": [
+                    {"name": "math_answer", "weight": 2.0},
+                    {"name": "format", "weight": 0.5},
+                    {"name": "length_penalty", "weight": 1.0, "args": {"max_chars": 4}},
+                ]
+            }
+        )
+    )
     scores, means = rewarder.score(["p", "p"], ["19", "it is 19"], ["19", "19"])
     # "19": 2*1 + 0.5*1 + 0; "it is 19": 2*1 + 0.5*0 - (8-4)/4
     assert scores == [2.5, 1.0]
@@ -74,8 +82,9 @@ def test_arithmetic_generator_with_three_operands() -> None:
     # Two operands draw what they always drew: the main job's prompts do not change.
     rng = random.Random(1)
     drawn = [(rng.randint(0, 50), rng.randint(0, 50)) for _ in range(3)]
-    assert [e.prompt for e in arithmetic(GeneratorSpec(name="arithmetic", count=3, seed=1, max_operand=50))] == \
-        [f"What is {a} + {b}?" for a, b in drawn]
+    assert [e.prompt for e in arithmetic(GeneratorSpec(name="arithmetic", count=3, seed=1, max_operand=50))] == [
+        f"What is {a} + {b}?" for a, b in drawn
+    ]
 
 
 def test_jsonl_bad_lines_name_file_and_line(tmp_path: Path) -> None:
@@ -136,12 +145,20 @@ def test_the_operator_reads_the_progress_the_engine_writes(tmp_path: Path) -> No
     ckpt.prepare(tmp_path, 5)
     ckpt.write_part(tmp_path, 5, 0, {"step": 5})
     ckpt.commit(tmp_path, 5, world_size=1, keep=2)
-    text = progress_report({"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0},
-                           total_steps=30, last_checkpoint=ckpt.status(tmp_path, 5)).to_json()
+    text = progress_report(
+        {"step": 7, "reward_mean": 0.5, "kl": float("nan"), "rollout_tokens_per_second": 120.0},
+        total_steps=30,
+        last_checkpoint=ckpt.status(tmp_path, 5),
+    ).to_json()
     status = RLJobStatus()
     apply_progress(status, text)  # what the operator does with the ConfigMap's text
-    assert (status.step, status.total_steps, status.metrics.reward_mean, status.metrics.kl,
-            status.metrics.tokens_per_second) == (7, 30, 0.5, None, 120.0)
+    assert (status.step, status.total_steps, status.metrics.reward_mean, status.metrics.kl, status.metrics.tokens_per_second) == (
+        7,
+        30,
+        0.5,
+        None,
+        120.0,
+    )
     assert status.last_checkpoint.step == 5 and status.last_checkpoint.path == str(tmp_path / "step-00000005")
     assert abs(status.last_checkpoint.time - dt.datetime.now(dt.timezone.utc)) < dt.timedelta(minutes=1)
     # ... and what the status then shows through the API: camelCase, as the CRD declares it.
@@ -156,9 +173,16 @@ def test_reward_model_scores_prompt_and_response(tmp_path: Path) -> None:
 
     tokenizer = char_tokenizer()
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                      num_attention_heads=1, num_key_value_heads=1, num_labels=1,
-                                      pad_token_id=tokenizer.pad_token_id)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = transformers.LlamaForSequenceClassification(config).eval()
     model.save_pretrained(tmp_path / "rm")
     tokenizer.save_pretrained(tmp_path / "rm")

@@ -18,30 +18,46 @@ from kuberl.engine.distributed.role_worlds import blocks
 
 
 def engine_config(roles: dict, world_size: int) -> EngineConfig:
-    return EngineConfig.model_validate({
-        "job": "j", "worldSize": world_size, "masterPort": 29500,
-        "model": {"path": "m"}, "data": {"train": {"path": "d.jsonl"}}, "algorithm": {"name": "ppo"},
-        "reward": {"rules": [{"name": "math_answer"}]}, "trainer": {"totalSteps": 1}, "roles": roles})
+    return EngineConfig.model_validate(
+        {
+            "job": "j",
+            "worldSize": world_size,
+            "masterPort": 29500,
+            "model": {"path": "m"},
+            "data": {"train": {"path": "d.jsonl"}},
+            "algorithm": {"name": "ppo"},
+            "reward": {"rules": [{"name": "math_answer"}]},
+            "trainer": {"totalSteps": 1},
+            "roles": roles,
+        }
+    )
 
 
 def role(ranks: int, offset: int, colocated: str | None = None, **layout) -> dict:
-    return {"ranks": ranks, "rankOffset": offset, "procsPerPod": 1, "layout": layout or {"dp": ranks},
-            **({"colocatedWith": colocated} if colocated else {})}
+    return {
+        "ranks": ranks,
+        "rankOffset": offset,
+        "procsPerPod": 1,
+        "layout": layout or {"dp": ranks},
+        **({"colocatedWith": colocated} if colocated else {}),
+    }
 
 
 def test_blocks_follow_the_roles_ranks() -> None:
-    config = engine_config({"actor": role(2, 0), "critic": role(2, 2, tp=2), "ref": role(2, 0, colocated="actor"),
-                            "reward": role(1, 4)}, 5)
+    config = engine_config({"actor": role(2, 0), "critic": role(2, 2, tp=2), "ref": role(2, 0, colocated="actor"), "reward": role(1, 4)}, 5)
     found = blocks(config)
     assert [(b.role, b.offset, b.size, b.tp) for b in found] == [("actor", 0, 2, 1), ("critic", 2, 2, 2), ("reward", 4, 1, 1)]
     assert config.rank_roles() == ["actor", "actor", "critic", "critic", "reward"]
 
 
-@pytest.mark.parametrize("roles, world, message", [
-    ({"actor": role(2, 0), "critic": role(2, 3)}, 5, "roles.critic: its ranks start at 3, expected 2"),
-    ({"actor": role(2, 0), "critic": role(3, 2, tp=2, dp=1)}, 5, "roles.critic.layout: tp\\*pp = 2 does not divide its 3 ranks"),
-    ({"actor": role(2, 0)}, 3, "worldSize is 3, but the roles' own ranks add up to 2"),
-])
+@pytest.mark.parametrize(
+    "roles, world, message",
+    [
+        ({"actor": role(2, 0), "critic": role(2, 3)}, 5, "roles.critic: its ranks start at 3, expected 2"),
+        ({"actor": role(2, 0), "critic": role(3, 2, tp=2, dp=1)}, 5, "roles.critic.layout: tp\\*pp = 2 does not divide its 3 ranks"),
+        ({"actor": role(2, 0)}, 3, "worldSize is 3, but the roles' own ranks add up to 2"),
+    ],
+)
 def test_blocks_refuse_a_world_they_do_not_tile(roles: dict, world: int, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         blocks(engine_config(roles, world))
@@ -72,9 +88,16 @@ def reward_model(tiny_model: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("rm") / "model"
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_model)
     torch.manual_seed(1)
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                                      num_attention_heads=1, num_key_value_heads=1, num_labels=1,
-                                      pad_token_id=tokenizer.pad_token_id)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     transformers.LlamaForSequenceClassification(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
@@ -84,11 +107,11 @@ def reward_model(tiny_model: Path, tmp_path_factory) -> Path:
 def test_roles_on_their_own_ranks_compute_what_they_compute_colocated(make_job, run_job, reward_model: Path) -> None:
     reward = {"rules": [{"name": "math_answer"}], "model": {"path": str(reward_model), "dtype": "float32"}}
     common = dict(algorithm={"name": "ppo", "klCoef": 0.05}, samples=2, reward=reward)
-    colocated_job, colocated = make_job("colocated", roles={r: {"colocateWith": "actor"} for r in ("critic", "ref", "reward")},
-                                        **common)
+    colocated_job, colocated = make_job("colocated", roles={r: {"colocateWith": "actor"} for r in ("critic", "ref", "reward")}, **common)
     # The critic gets the actor's layout (dp=2) on ranks 2-3, the reference and the reward model one rank each.
-    own_job, own = make_job("own", roles={"critic": {"replicas": 2, "layout": {"dp": 2}}, "ref": {"replicas": 1},
-                                          "reward": {"replicas": 1}}, **common)
+    own_job, own = make_job(
+        "own", roles={"critic": {"replicas": 2, "layout": {"dp": 2}}, "ref": {"replicas": 1}, "reward": {"replicas": 1}}, **common
+    )
     for job, run in ((colocated_job, colocated), (own_job, own)):
         result = run_job(job, run)
         assert result.returncode == 0, result.stderr[-3000:]

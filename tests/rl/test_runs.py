@@ -31,19 +31,34 @@ def exported(run: Path) -> dict[str, torch.Tensor]:
 
 
 def test_grpo_two_steps_dp2_with_reference(make_job, run_job, tiny_model: Path) -> None:
-    job, run = make_job(algorithm={"name": "grpo", "klCoef": 0.05}, roles={"ref": {"colocateWith": "actor"}},
-                        validationInterval=2,
-                        data={"train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
-                              "validation": {"generator": {"name": "arithmetic", "count": 4, "seed": 2, "maxOperand": 9}},
-                              "maxPromptLength": 64})
+    job, run = make_job(
+        algorithm={"name": "grpo", "klCoef": 0.05},
+        roles={"ref": {"colocateWith": "actor"}},
+        validationInterval=2,
+        data={
+            "train": {"generator": {"name": "arithmetic", "count": 32, "seed": 1, "maxOperand": 9}},
+            "validation": {"generator": {"name": "arithmetic", "count": 4, "seed": 2, "maxOperand": 9}},
+            "maxPromptLength": 64,
+        },
+    )
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "every rank finished" in result.stderr
     steps = [r for r in records(run) if "reward_mean" in r]
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
-        finite(r, "reward_mean", "policy_loss", "kl", "entropy", "grad_norm", "reshard_seconds",
-               "rollout_tokens_per_second", "response_length_mean", "train_tokens_per_second")
+        finite(
+            r,
+            "reward_mean",
+            "policy_loss",
+            "kl",
+            "entropy",
+            "grad_norm",
+            "reshard_seconds",
+            "rollout_tokens_per_second",
+            "response_length_mean",
+            "train_tokens_per_second",
+        )
         # Packed runs in which a prompt's 4 samples share one copy of it: fewer positions than tokens.
         assert 0.2 < r["train_positions_per_token"] < 1
         assert r["reshard_bytes"] == 0  # dp=2: each rank holds the whole model, nothing to gather
@@ -61,8 +76,12 @@ def test_grpo_two_steps_dp2_with_reference(make_job, run_job, tiny_model: Path) 
 
 
 def test_ppo_with_critic_tp2(make_job, run_job) -> None:
-    job, run = make_job(algorithm={"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}},
-                        layout={"tp": 2}, roles={"critic": {"colocateWith": "actor"}}, samples=2)
+    job, run = make_job(
+        algorithm={"name": "ppo", "ppo": {"gae": {"gamma": 1.0, "lambda": 0.95}}},
+        layout={"tp": 2},
+        roles={"critic": {"colocateWith": "actor"}},
+        samples=2,
+    )
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = [r for r in records(run) if "reward_mean" in r]
@@ -100,11 +119,16 @@ def test_grpo_tp2_generates_with_vllm_replicas_of_two_ranks(make_job, run_job, t
 
 def test_dpo_step(make_job, run_job, tmp_path: Path) -> None:
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n"
-                             for a in range(4)))  # every step sees the same 4 pairs
-    job, run = make_job(algorithm={"name": "dpo", "dpo": {"beta": 0.1}}, roles={"ref": {"colocateWith": "actor"}},
-                        data={"train": {"path": str(pairs)}, "maxPromptLength": 64, "chosenField": "chosen",
-                              "rejectedField": "rejected"}, steps=2, microBatchSize=2)
+    pairs.write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + 1?", "chosen": str(a + 1), "rejected": str(a + 7)}) + "\n" for a in range(4))
+    )  # every step sees the same 4 pairs
+    job, run = make_job(
+        algorithm={"name": "dpo", "dpo": {"beta": 0.1}},
+        roles={"ref": {"colocateWith": "actor"}},
+        data={"train": {"path": str(pairs)}, "maxPromptLength": 64, "chosenField": "chosen", "rejectedField": "rejected"},
+        steps=2,
+        microBatchSize=2,
+    )
     result = run_job(job, run)
     assert result.returncode == 0, result.stderr[-3000:]
     steps = records(run)
@@ -209,8 +233,9 @@ def test_smoke(kuberl_cli: str) -> None:
 FAKE_KEYS = {"WANDB_API_KEY": "kuberl-planted-wandb-key-7f3a9c", "MLFLOW_TRACKING_TOKEN": "kuberl-planted-mlflow-token-51be"}
 
 
-def test_plugin_job_tracks_to_three_backends_and_a_resumed_run_continues_them(make_job, run_job, tiny_model: Path,
-                                                                             tmp_path: Path, monkeypatch) -> None:
+def test_plugin_job_tracks_to_three_backends_and_a_resumed_run_continues_them(
+    make_job, run_job, tiny_model: Path, tmp_path: Path, monkeypatch
+) -> None:
     # The example plug-in's estimator (registered from a file at start, on every rank) with GSPO's
     # sequence-level clipping (wide clip range, so that the tiny model's first steps move it), and
     # every step to TensorBoard, MLflow (a file store) and W&B (offline). One step, then `kuberl run`
@@ -225,12 +250,20 @@ def test_plugin_job_tracks_to_three_backends_and_a_resumed_run_continues_them(ma
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for this test's reader; the engine sets it for a file: URI
     plugin = Path(__file__).parents[2] / "examples" / "plugins" / "median_baseline.py"
     mlruns = f"file:{tmp_path / 'mlruns'}"
-    kwargs = dict(algorithm={"name": "grpo", "plugins": [{"path": str(plugin)}],
-                             "advantage": {"name": "median_baseline", "options": {"scale": 2.0}},
-                             "policyLoss": {"name": "gspo", "options": {"clipLow": 0.2, "clipHigh": 0.28}}},
-                  optimizer={"lr": 1e-3})
-    tracking = [{"backend": "tensorboard"}, {"backend": "mlflow", "trackingUri": mlruns, "experiment": "plugin-job"},
-                {"backend": "wandb", "project": "kuberl-tests", "mode": "offline"}]
+    kwargs = dict(
+        algorithm={
+            "name": "grpo",
+            "plugins": [{"path": str(plugin)}],
+            "advantage": {"name": "median_baseline", "options": {"scale": 2.0}},
+            "policyLoss": {"name": "gspo", "options": {"clipLow": 0.2, "clipHigh": 0.28}},
+        },
+        optimizer={"lr": 1e-3},
+    )
+    tracking = [
+        {"backend": "tensorboard"},
+        {"backend": "mlflow", "trackingUri": mlruns, "experiment": "plugin-job"},
+        {"backend": "wandb", "project": "kuberl-tests", "mode": "offline"},
+    ]
     outputs = []
     for steps in (1, 2):
         job, run = make_job(steps=steps, **kwargs)
@@ -261,10 +294,14 @@ def test_plugin_job_tracks_to_three_backends_and_a_resumed_run_continues_them(ma
     assert "reward_curve.png" in [a.path for a in client.list_artifacts(mlrun.info.run_id)]
     attempts = wandb_runs(run / "wandb")
     assert len(attempts) == 2 and attempts[0]["id"] == attempts[1]["id"]
-    assert [(row["_step"], pytest.approx(row["reward/reward_mean"])) for a in attempts for row in a["history"]
-            if "reward/reward_mean" in row] == rewards
+    assert [
+        (row["_step"], pytest.approx(row["reward/reward_mean"])) for a in attempts for row in a["history"] if "reward/reward_mean" in row
+    ] == rewards
 
     # The planted credentials appear in no output, log, metric or tracker file.
-    leaks = [str(p) for p in [*run.rglob("*"), *(tmp_path / "mlruns").rglob("*")] if p.is_file()
-             and any(v.encode() in p.read_bytes() for v in FAKE_KEYS.values())]
+    leaks = [
+        str(p)
+        for p in [*run.rglob("*"), *(tmp_path / "mlruns").rglob("*")]
+        if p.is_file() and any(v.encode() in p.read_bytes() for v in FAKE_KEYS.values())
+    ]
     assert not leaks and not any(v in out for v in FAKE_KEYS.values() for out in outputs)

@@ -14,14 +14,21 @@ from typing import Any
 
 import yaml
 
-TOOL_ROLLOUT = {"maxNewTokens": 40, "temperature": 1.0, "kvCacheBytes": 64 << 20,
-                "multiTurn": {"maxTurns": 2, "maxTotalTokens": 80, "tools": [{"name": "calculator", "timeoutSeconds": 5}]}}
+TOOL_ROLLOUT = {
+    "maxNewTokens": 40,
+    "temperature": 1.0,
+    "kvCacheBytes": 64 << 20,
+    "multiTurn": {"maxTurns": 2, "maxTotalTokens": 80, "tools": [{"name": "calculator", "timeoutSeconds": 5}]},
+}
 TOOL_REWARD = [{"name": "math_answer"}, {"name": "format", "args": {"pattern": r"\s*\d*[13579]\s*"}}]
 """The right sum, plus an answer ending in an odd digit: the taught model calls the calculator every time but
 rarely copies its result, so the sum alone scores a group all 0 and GRPO's and RLOO's advantages would be 0;
 the parity of its sampled answer differs within a group."""
-TOOL_DATA = {"train": {"generator": {"name": "arithmetic", "count": 64, "seed": 1, "maxOperand": 9}},
-             "maxPromptLength": 400, "systemPrompt": "Use the calculator."}
+TOOL_DATA = {
+    "train": {"generator": {"name": "arithmetic", "count": 64, "seed": 1, "maxOperand": 9}},
+    "maxPromptLength": 400,
+    "systemPrompt": "Use the calculator.",
+}
 
 
 def call_text(expression: str) -> str:
@@ -102,18 +109,30 @@ def teach_tool_calls(base: Path, job: Path, out: Path, steps: int = 300, seed: i
     return out
 
 
-def tool_job(path: Path, model: Path, run: Path, *, algorithm: dict | None = None, roles: dict | None = None,
-             steps: int = 2) -> Path:
+def tool_job(path: Path, model: Path, run: Path, *, algorithm: dict | None = None, roles: dict | None = None, steps: int = 2) -> Path:
     """A multi-turn calculator job on one rank for `model`."""
-    doc = {"apiVersion": "kuberl.dev/v1alpha1", "kind": "RLJob", "metadata": {"name": "tools"}, "spec": {
-        "model": {"path": str(model), "dtype": "float32"},
-        "data": TOOL_DATA,
-        "algorithm": algorithm or {"name": "grpo"},
-        "rollout": {"samplesPerPrompt": 4, **TOOL_ROLLOUT},
-        "reward": {"rules": TOOL_REWARD},
-        "roles": {"actor": {"replicas": 1, "gpusPerReplica": 1, "layout": {"dp": 1}}, **(roles or {})},
-        "trainer": {"totalSteps": steps, "promptsPerStep": 2, "microBatchSize": 4, "seed": 3, "optimizer": {"lr": 1e-4},
-                    "checkpoint": {"path": str(run / "ckpt"), "interval": 100, "keep": 1}, "exportPath": str(run / "final")},
-        "monitoring": {"enabled": False}}}
+    doc = {
+        "apiVersion": "kuberl.dev/v1alpha1",
+        "kind": "RLJob",
+        "metadata": {"name": "tools"},
+        "spec": {
+            "model": {"path": str(model), "dtype": "float32"},
+            "data": TOOL_DATA,
+            "algorithm": algorithm or {"name": "grpo"},
+            "rollout": {"samplesPerPrompt": 4, **TOOL_ROLLOUT},
+            "reward": {"rules": TOOL_REWARD},
+            "roles": {"actor": {"replicas": 1, "gpusPerReplica": 1, "layout": {"dp": 1}}, **(roles or {})},
+            "trainer": {
+                "totalSteps": steps,
+                "promptsPerStep": 2,
+                "microBatchSize": 4,
+                "seed": 3,
+                "optimizer": {"lr": 1e-4},
+                "checkpoint": {"path": str(run / "ckpt"), "interval": 100, "keep": 1},
+                "exportPath": str(run / "final"),
+            },
+            "monitoring": {"enabled": False},
+        },
+    }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

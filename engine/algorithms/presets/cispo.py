@@ -4,5 +4,4 @@ from __future__ import annotations
 
 from .registry import register_preset
 
-register_preset("cispo", summary="GRPO's advantages, CISPO's clipped and detached importance weight",
-                advantage="grpo", policy_loss="cispo")
+register_preset("cispo", summary="GRPO's advantages, CISPO's clipped and detached importance weight", advantage="grpo", policy_loss="cispo")

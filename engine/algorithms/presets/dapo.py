@@ -26,8 +26,15 @@ class DAPOSpec(SpecModel):
 
 
 register_preset(
-    "dapo", summary="GRPO's advantages, clip-higher, token-mean, dynamic sampling and overlong shaping",
-    advantage="grpo", policy_loss="ppo_clip", step="dynamic_sampling", options=DAPOSpec,
-    policy_loss_options=lambda spec, block: {"clip_low": spec.clip_ratio, "clip_high": spec.clip_ratio_high or DAPO_CLIP_HIGH,
-                                             "aggregation": "token_mean"},
+    "dapo",
+    summary="GRPO's advantages, clip-higher, token-mean, dynamic sampling and overlong shaping",
+    advantage="grpo",
+    policy_loss="ppo_clip",
+    step="dynamic_sampling",
+    options=DAPOSpec,
+    policy_loss_options=lambda spec, block: {
+        "clip_low": spec.clip_ratio,
+        "clip_high": spec.clip_ratio_high or DAPO_CLIP_HIGH,
+        "aggregation": "token_mean",
+    },
 )

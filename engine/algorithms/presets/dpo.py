@@ -19,7 +19,13 @@ class DPOSpec(SpecModel):
 
 
 register_preset(
-    "dpo", summary="DPO's loss on the data's preference pairs against the reference policy (no rollout, no reward)",
-    advantage=None, policy_loss="dpo", step="dpo", options=DPOSpec, pairs=True, needs_reference=True,
+    "dpo",
+    summary="DPO's loss on the data's preference pairs against the reference policy (no rollout, no reward)",
+    advantage=None,
+    policy_loss="dpo",
+    step="dpo",
+    options=DPOSpec,
+    pairs=True,
+    needs_reference=True,
     policy_loss_options=lambda spec, block: {"beta": block.beta, "label_smoothing": block.label_smoothing},
 )

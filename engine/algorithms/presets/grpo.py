@@ -13,5 +13,11 @@ class GRPOSpec(SpecModel):
     """Divide group-centred rewards by the group's standard deviation (false: Dr. GRPO)."""
 
 
-register_preset("grpo", summary="score minus its group's mean over the group's std, PPO's clipped surrogate",
-                advantage="grpo", policy_loss="ppo_clip", options=GRPOSpec, policy_loss_options=clip_options)
+register_preset(
+    "grpo",
+    summary="score minus its group's mean over the group's std, PPO's clipped surrogate",
+    advantage="grpo",
+    policy_loss="ppo_clip",
+    options=GRPOSpec,
+    policy_loss_options=clip_options,
+)

@@ -5,5 +5,6 @@ from __future__ import annotations
 
 from .registry import register_preset
 
-register_preset("gspo", summary="GRPO's advantages, GSPO's clipped sequence-level ratio with its own clip range",
-                advantage="grpo", policy_loss="gspo")
+register_preset(
+    "gspo", summary="GRPO's advantages, GSPO's clipped sequence-level ratio with its own clip range", advantage="grpo", policy_loss="gspo"
+)

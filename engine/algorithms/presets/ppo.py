@@ -31,7 +31,11 @@ class PPOSpec(SpecModel):
 
 
 register_preset(
-    "ppo", summary="GAE with a learned critic (roles.critic) and PPO's clipped surrogate",
-    advantage="gae", policy_loss="ppo_clip", options=PPOSpec, policy_loss_options=clip_options,
+    "ppo",
+    summary="GAE with a learned critic (roles.critic) and PPO's clipped surrogate",
+    advantage="gae",
+    policy_loss="ppo_clip",
+    options=PPOSpec,
+    policy_loss_options=clip_options,
     advantage_options=lambda spec, block: {"gamma": block.gae.gamma, "lam": block.gae.lam, "whiten": block.gae.whiten},
 )

@@ -47,13 +47,24 @@ class Preset:
 PRESETS: Registry[Preset] = Registry("preset")
 
 
-def register_preset(name: str, *, summary: str, advantage: str | None, policy_loss: str, step: str = "on_policy",
-                    options: type | None = None, advantage_options: OptionsFn | None = None,
-                    policy_loss_options: OptionsFn | None = None, pairs: bool = False, needs_reference: bool = False) -> Preset:
+def register_preset(
+    name: str,
+    *,
+    summary: str,
+    advantage: str | None,
+    policy_loss: str,
+    step: str = "on_policy",
+    options: type | None = None,
+    advantage_options: OptionsFn | None = None,
+    policy_loss_options: OptionsFn | None = None,
+    pairs: bool = False,
+    needs_reference: bool = False,
+) -> Preset:
     """Register a preset (in the file that defines it); returns its record."""
     module = sys._getframe(1).f_globals.get("__name__", "")
-    preset = Preset(name, summary, advantage, policy_loss, step, options, advantage_options, policy_loss_options, pairs,
-                    needs_reference, module)
+    preset = Preset(
+        name, summary, advantage, policy_loss, step, options, advantage_options, policy_loss_options, pairs, needs_reference, module
+    )
     PRESETS[name] = preset
     return preset
 

@@ -18,5 +18,11 @@ class ReinforcePPSpec(SpecModel):
     """Discount per token of the return-to-go, 0..1 (above 1 a return would grow with the response's length)."""
 
 
-register_preset("reinforce_pp", summary="return-to-go whitened over the batch (after a group baseline with several samples), PPO's clipped surrogate",
-                advantage="reinforce_pp", policy_loss="ppo_clip", options=ReinforcePPSpec, policy_loss_options=clip_options)
+register_preset(
+    "reinforce_pp",
+    summary="return-to-go whitened over the batch (after a group baseline with several samples), PPO's clipped surrogate",
+    advantage="reinforce_pp",
+    policy_loss="ppo_clip",
+    options=ReinforcePPSpec,
+    policy_loss_options=clip_options,
+)

@@ -84,10 +84,17 @@ class ModelFamily:
         """The LlamaArch fields this family decides, after refusing what it cannot compute alike."""
         for refusal in self.refusals:
             refusal.check(model_type, get)
-        return dict(qkv_bias=self.qkv_bias, qk_norm=self.qk_norm,
-                    rope_scaling=read_rope_scaling(get("rope_scaling") or get("rope_parameters") or {}, self.rope_scalings,
-                                                   get("max_position_embeddings"), get("original_max_position_embeddings")),
-                    **(self.moe(get) if self.moe is not None else {}))
+        return dict(
+            qkv_bias=self.qkv_bias,
+            qk_norm=self.qk_norm,
+            rope_scaling=read_rope_scaling(
+                get("rope_scaling") or get("rope_parameters") or {},
+                self.rope_scalings,
+                get("max_position_embeddings"),
+                get("original_max_position_embeddings"),
+            ),
+            **(self.moe(get) if self.moe is not None else {}),
+        )
 
 
 FAMILIES: Registry[ModelFamily] = Registry("model family")
@@ -112,8 +119,7 @@ def family_of(model_type: object) -> ModelFamily:
     for family in FAMILIES.values():
         if model_type in family.model_types:
             return family
-    raise UnsupportedModel(f"model_type {model_type!r} is not a supported model family "
-                           f"(supported: {', '.join(supported_model_types())})")
+    raise UnsupportedModel(f"model_type {model_type!r} is not a supported model family (supported: {', '.join(supported_model_types())})")
 
 
 # What more than one family shares.
@@ -128,13 +134,16 @@ MOE_JOB_NOTES = (
 """What a user of a mixture-of-experts family should know about running one in a job (its notes)."""
 
 ATTENTION_BIAS = Refusal(
-    "attention_bias", "true",
+    "attention_bias",
+    "true",
     "it puts a bias on o_proj too, which megatron-core's layers here do not have (only q, k and v biases, as Qwen2's)",
-    lambda get: bool(get("attention_bias", False)), True)
-MLP_BIAS = Refusal("mlp_bias", "true", "megatron-core's layers here have no MLP biases",
-                   lambda get: bool(get("mlp_bias", False)), True)
-USE_SLIDING_WINDOW = Refusal("use_sliding_window", "true", "every layer attends to the whole context here",
-                             lambda get: bool(get("use_sliding_window", False)), True)
+    lambda get: bool(get("attention_bias", False)),
+    True,
+)
+MLP_BIAS = Refusal("mlp_bias", "true", "megatron-core's layers here have no MLP biases", lambda get: bool(get("mlp_bias", False)), True)
+USE_SLIDING_WINDOW = Refusal(
+    "use_sliding_window", "true", "every layer attends to the whole context here", lambda get: bool(get("use_sliding_window", False)), True
+)
 
 
 def _window_binds(get: Get) -> bool:
@@ -143,6 +152,9 @@ def _window_binds(get: Get) -> bool:
 
 
 SLIDING_WINDOW = Refusal(
-    "sliding_window", "set and shorter than max_position_embeddings",
+    "sliding_window",
+    "set and shorter than max_position_embeddings",
     "every layer attends to the whole context here (a window as long as the context is the same attention)",
-    _window_binds, 4096)
+    _window_binds,
+    4096,
+)

@@ -33,13 +33,16 @@ def page(repo: Path) -> str:
     from kuberl.engine import LAYERS
 
     engine = repo / "engine"
-    text = (header("kuberl.engine's LAYERS (engine/__init__.py) and the engine's module docstrings")
-            + "# The engine's layers\n\n"
-            "The engine's folders are layers. From the bottom up, each may import from the folders before it and "
-            "never from one after it; `tests/test_layers.py` reads every import of every module and fails on an upward "
-            "one. Below, each layer with what it holds and each of its modules with the first sentence of its docstring.\n\n"
-            + table(["layer", "folder", "what"], [[f"[{name}](#{name})", f"`engine/{name}/`", cell(what)] for name, what in LAYERS])
-            + "\n")
+    text = (
+        header("kuberl.engine's LAYERS (engine/__init__.py) and the engine's module docstrings") + "# The engine's layers\n\n"
+        "The engine's folders are layers. From the bottom up, each may import from the folders before it and "
+        "never from one after it; `tests/test_layers.py` reads every import of every module and fails on an upward "
+        "one. Below, each layer with what it holds and each of its modules with the first sentence of its docstring.\n\n"
+        + table(["layer", "folder", "what"], [[f"[{name}](#{name})", f"`engine/{name}/`", cell(what)] for name, what in LAYERS])
+        + "\n"
+    )
     for name, what in LAYERS:
-        text += f"## {name}\n\n{cell(what)[0].upper() + cell(what)[1:]}.\n\n" + table(["module", "what"], _modules(engine / name, repo)) + "\n"
+        text += (
+            f"## {name}\n\n{cell(what)[0].upper() + cell(what)[1:]}.\n\n" + table(["module", "what"], _modules(engine / name, repo)) + "\n"
+        )
     return text

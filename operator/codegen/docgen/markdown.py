@@ -11,8 +11,10 @@ COMMAND = ".venv/bin/python -m kuberl.operator.codegen.docgen docs/"
 
 def header(source: str) -> str:
     """The comment every generated page starts with: what it is made from and how to remake it."""
-    return (f"<!-- Generated from {source} by `{COMMAND}` (or `make docs`). Do not edit this page:\n"
-            "     change its source and regenerate; tests/test_docs.py fails when it is stale. -->\n\n")
+    return (
+        f"<!-- Generated from {source} by `{COMMAND}` (or `make docs`). Do not edit this page:\n"
+        "     change its source and regenerate; tests/test_docs.py fails when it is stale. -->\n\n"
+    )
 
 
 def cell(text: str, emphasis: bool = False) -> str:

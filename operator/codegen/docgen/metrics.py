@@ -68,8 +68,16 @@ def _uses(repo: Path) -> dict[str, list[str]]:
 
 
 def _rows(families, uses: dict[str, list[str]]) -> list[list[str]]:
-    return [[f'<span id="{name}"></span>`{name}`', kind, ", ".join(code(lb) for lb in labels) or "-", cell(help_),
-             cell("; ".join(uses.get(name, []))) or "-"] for name, kind, labels, help_ in families]
+    return [
+        [
+            f'<span id="{name}"></span>`{name}`',
+            kind,
+            ", ".join(code(lb) for lb in labels) or "-",
+            cell(help_),
+            cell("; ".join(uses.get(name, []))) or "-",
+        ]
+        for name, kind, labels, help_ in families
+    ]
 
 
 def page(repo: Path) -> str:
@@ -77,19 +85,22 @@ def page(repo: Path) -> str:
 
     uses = _uses(repo)
     head = ["metric", "type", "labels", "help", "used by the chart"]
-    return "".join([
-        header("the exporters' registries (kuberl.engine.runtime.metrics, kuberl.operator.control.controller) and helm/kuberl/files"),
-        "# Metrics\n\n",
-        "Every Prometheus metric kuberl exports, as a scrape shows it. How to collect them, the dashboard and the "
-        "alerts are on [Monitoring](../monitoring.md).\n\n",
-        "## The job's controller rank\n\n",
-        "Rank 0 of every job (the actor's pod 0 on a cluster, `kuberl run`'s first rank on one machine) serves these on "
-        "`:<spec.monitoring.metricsPort>/metrics` (default 9400), each labelled with the job's name (`rljob`). The same "
-        "numbers, and more, are in the run's `metrics.jsonl`, one record per step.\n\n",
-        table(head, _rows(_engine(), uses)), "\n",
-        "`kuberl_phase_seconds` has one series per phase of a step: " + ", ".join(code(p) for p in PHASES) + ".\n\n",
-        "## The operator\n\n",
-        "The operator serves these on `:8000/metrics` (the chart's `metrics.port`); `:8080/healthz` answers its "
-        "liveness and readiness probes.\n\n",
-        table(head, _rows(_operator(), uses)),
-    ])
+    return "".join(
+        [
+            header("the exporters' registries (kuberl.engine.runtime.metrics, kuberl.operator.control.controller) and helm/kuberl/files"),
+            "# Metrics\n\n",
+            "Every Prometheus metric kuberl exports, as a scrape shows it. How to collect them, the dashboard and the "
+            "alerts are on [Monitoring](../monitoring.md).\n\n",
+            "## The job's controller rank\n\n",
+            "Rank 0 of every job (the actor's pod 0 on a cluster, `kuberl run`'s first rank on one machine) serves these on "
+            "`:<spec.monitoring.metricsPort>/metrics` (default 9400), each labelled with the job's name (`rljob`). The same "
+            "numbers, and more, are in the run's `metrics.jsonl`, one record per step.\n\n",
+            table(head, _rows(_engine(), uses)),
+            "\n",
+            "`kuberl_phase_seconds` has one series per phase of a step: " + ", ".join(code(p) for p in PHASES) + ".\n\n",
+            "## The operator\n\n",
+            "The operator serves these on `:8000/metrics` (the chart's `metrics.port`); `:8080/healthz` answers its "
+            "liveness and readiness probes.\n\n",
+            table(head, _rows(_operator(), uses)),
+        ]
+    )

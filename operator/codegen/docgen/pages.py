@@ -21,6 +21,7 @@ from . import algorithms, bench, engine_layers, metrics, models, rljob
 from .bench import assets
 from .markdown import COMMAND
 
+
 def _pages() -> dict[str, Callable[[Path], str]]:
     return {
         "reference/rljob.md": rljob.page,
@@ -66,4 +67,3 @@ def main(argv: list[str] | None = None) -> int:
             target.write_bytes(content.encode() if isinstance(content, str) else content)
             print(f"wrote {target}")
     return 0
-

@@ -97,8 +97,14 @@ def _pattern(regex: str) -> str:
 
     from ...api import kube_grammar as g
 
-    words = {**PATTERN_MEANINGS, g.DNS1123_SUBDOMAIN: "a DNS-1123 subdomain", g.DNS1123_LABEL: "a DNS-1123 label",
-             g.LABEL_VALUE: "a label value", g.LABEL_KEY: "a label key ([prefix/]name)", g.ENV_VAR_NAME: "an environment variable name"}
+    words = {
+        **PATTERN_MEANINGS,
+        g.DNS1123_SUBDOMAIN: "a DNS-1123 subdomain",
+        g.DNS1123_LABEL: "a DNS-1123 label",
+        g.LABEL_VALUE: "a label value",
+        g.LABEL_KEY: "a label key ([prefix/]name)",
+        g.ENV_VAR_NAME: "an environment variable name",
+    }
     if regex in words:
         return cell(words[regex])
     # Kubernetes' image reference grammar is longer than a page is wide: the CRD holds it.
@@ -175,7 +181,9 @@ class Walk:
             row.notes += _checks(node)
             return
         embedded = _embedded(inner)
-        child: dict[str, Any] = node["items"] if kind.startswith("list") else node["additionalProperties"] if kind.startswith("map") else node
+        child: dict[str, Any] = (
+            node["items"] if kind.startswith("list") else node["additionalProperties"] if kind.startswith("map") else node
+        )
         child_path = path + ("[]" if kind.startswith("list") else "[name]" if kind.startswith("map") else "")
         if embedded is not None:
             what, url = EMBEDDED[embedded]
@@ -248,15 +256,19 @@ def page(repo: Path) -> str:
     _immutable(walk)
     names = crd["spec"]["names"]
     columns = ", ".join(c["name"] for c in version["additionalPrinterColumns"])
-    out = [header("the API models (kuberl.operator.api, kuberl.engine.config) and the CRD made from them"),
-           "# RLJob reference\n\n",
-           f"`apiVersion: {crd['spec']['group']}/{version['name']}`, `kind: {names['kind']}`, namespaced; short name "
-           f"`{names['shortNames'][0]}` (`kubectl get {names['shortNames'][0]}` shows {columns}). Every field below is in the "
-           "CRD with its description (`kubectl explain rljob.spec.trainer`). Each rule is checked by `kuberl validate`, "
-           "by the operator and, unless marked otherwise, by the API server itself (a CEL rule of the CRD).\n\n"
-           "## The spec at a glance\n\n", GLANCE, "\n", validating(),
-           "## Fields\n\nPaths: `[]` is an item of a list, `[name]` an entry of a map. Defaults are applied by the API "
-           "server.\n\n"]
+    out = [
+        header("the API models (kuberl.operator.api, kuberl.engine.config) and the CRD made from them"),
+        "# RLJob reference\n\n",
+        f"`apiVersion: {crd['spec']['group']}/{version['name']}`, `kind: {names['kind']}`, namespaced; short name "
+        f"`{names['shortNames'][0]}` (`kubectl get {names['shortNames'][0]}` shows {columns}). Every field below is in the "
+        "CRD with its description (`kubectl explain rljob.spec.trainer`). Each rule is checked by `kuberl validate`, "
+        "by the operator and, unless marked otherwise, by the API server itself (a CEL rule of the CRD).\n\n"
+        "## The spec at a glance\n\n",
+        GLANCE,
+        "\n",
+        validating(),
+        "## Fields\n\nPaths: `[]` is an item of a list, `[name]` an entry of a map. Defaults are applied by the API server.\n\n",
+    ]
     for section in walk.sections:
         title = section.path or "RLJob"
         out.append(f"## {title} {{ #{anchor(section.path) + '-section' if section.path else 'rljob'} }}\n\n")
@@ -265,8 +277,10 @@ def page(repo: Path) -> str:
         out += [f"- {rule}\n" for rule in section.rules]
         if section.rules:
             out.append("\n")
-        rows = [[_field_cell(r.path), cell(r.type), r.default, "<br>".join(r.bounds),
-                 "<br>".join(x for x in [r.description, *r.notes] if x)] for r in section.rows]
+        rows = [
+            [_field_cell(r.path), cell(r.type), r.default, "<br>".join(r.bounds), "<br>".join(x for x in [r.description, *r.notes] if x)]
+            for r in section.rows
+        ]
         out.append(table(["Field", "Type", "Default", "Bounds", "Description and rules"], rows) + "\n")
     out.append(cluster_rules())
     return "".join(out)

@@ -116,7 +116,7 @@ def cluster_rules() -> str:
         "The chart's admission policy refuses the same at the API server, and checks what only the cluster can: the user who "
         "sends the RLJob may get every Secret it names, and may create pods in the namespace when it names "
         "[serviceAccountName](#spec.serviceAccountName). `kuberl validate` lists those checks under each valid job "
-        "(\"needs the cluster: ...\").\n"
+        '("needs the cluster: ...").\n'
     )
 
 

@@ -27,14 +27,19 @@ def set_phase(status: RLJobStatus, phase: Phase, reason: str, message: str, now:
                 existing.reason, existing.message = reason, message
             continue
         by_type[kind] = Condition(
-            type=kind, status=wanted, reason=reason if active else f"Not{kind}",
-            message=message if active else "", last_transition_time=now,
+            type=kind,
+            status=wanted,
+            reason=reason if active else f"Not{kind}",
+            message=message if active else "",
+            last_transition_time=now,
         )
     others = [c for c in status.conditions if c.type not in CONDITION_TYPES]
     status.conditions = [by_type[k] for k in CONDITION_TYPES if k in by_type] + others
 
 
-def set_condition(status: RLJobStatus, kind: str, value: Literal["True", "False", "Unknown"], reason: str, message: str, now: datetime) -> None:
+def set_condition(
+    status: RLJobStatus, kind: str, value: Literal["True", "False", "Unknown"], reason: str, message: str, now: datetime
+) -> None:
     """Set a condition that is not a phase; its transition time moves only when its status changes."""
     existing = next((c for c in status.conditions if c.type == kind), None)
     if existing is not None and existing.status == value:

@@ -29,13 +29,16 @@ def with_name_conflicts(decision: Decision, conflicts: list[NameConflict], now: 
             return decision
         set_condition(status, NAME_CONFLICT, "False", "NamesFree", "", now)
         return dataclasses.replace(decision, status=status)
-    message = "; ".join(c.sentence() for c in conflicts) + \
-        ": the operator touches only objects that are absent or controlled by this RLJob; delete or rename those, or rename the RLJob"
+    message = (
+        "; ".join(c.sentence() for c in conflicts)
+        + ": the operator touches only objects that are absent or controlled by this RLJob; delete or rename those, or rename the RLJob"
+    )
     set_condition(status, NAME_CONFLICT, "True", NAME_CONFLICT, message, now)
     if decision.create_jobset or decision.create_initializer:
         set_phase(status, "Pending", NAME_CONFLICT, message, now)
     events = decision.events
     if not any(c.type == NAME_CONFLICT and c.status == "True" for c in decision.status.conditions):
         events = (*events, ("Warning", NAME_CONFLICT, message[:1000]))
-    return dataclasses.replace(decision, status=status, create_jobset=False, create_initializer=False,
-                               events=events, requeue_after=RETRY_SECONDS, message=message)
+    return dataclasses.replace(
+        decision, status=status, create_jobset=False, create_initializer=False, events=events, requeue_after=RETRY_SECONDS, message=message
+    )

@@ -28,6 +28,7 @@ class Observed:
     def failed_pods_too(self) -> list[dict[str, Any]]:
         """The pods, and the failed ones already deleted: for naming what ended an attempt, never for counting."""
         return self.pods + self.gone_pods
+
     pods: list[dict[str, Any]] = field(default_factory=list)
     workloads: list[dict[str, Any]] = field(default_factory=list)
     """Kueue's Workloads of the job's JobSet (none where the job is not queued or Kueue is absent)."""

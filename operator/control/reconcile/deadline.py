@@ -16,8 +16,14 @@ def deadline(ctx: Context) -> Decision | None:
         return None
     ctx.status.completion_time = ctx.now
     children = tuple(f"jobset/{name(j)}" for j in ctx.observed.jobsets) + tuple(f"job/{name(j)}" for j in ctx.observed.jobs)
-    return finish(ctx, "Failed", "DeadlineExceeded", f"ran longer than activeDeadlineSeconds ({seconds} s)", delete=children,
-                  events=(("Warning", "DeadlineExceeded", f"stopped after {seconds} s"),))
+    return finish(
+        ctx,
+        "Failed",
+        "DeadlineExceeded",
+        f"ran longer than activeDeadlineSeconds ({seconds} s)",
+        delete=children,
+        events=(("Warning", "DeadlineExceeded", f"stopped after {seconds} s"),),
+    )
 
 
 def seconds_left(ctx: Context) -> float | None:

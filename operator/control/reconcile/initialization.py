@@ -60,11 +60,17 @@ def observe_initializer(jobs: list[dict[str, Any]], pods: list[dict[str, Any]], 
         failed = conditions["Failed"]
         if failed.get("reason") == "DeadlineExceeded":
             deadline = job.get("spec", {}).get("activeDeadlineSeconds")
-            return Initialization("Failed", "InitializerDeadlineExceeded",
-                                  f"the downloads took longer than spec.initializer.activeDeadlineSeconds ({deadline} s)")
+            return Initialization(
+                "Failed",
+                "InitializerDeadlineExceeded",
+                f"the downloads took longer than spec.initializer.activeDeadlineSeconds ({deadline} s)",
+            )
         text = _last_message(pods)
-        return Initialization("Failed", "InitializerFailed", "the initializer failed" + (f": {text}" if text else
-                              f" ({failed.get('reason', 'Failed')}: {failed.get('message', '')})"))
+        return Initialization(
+            "Failed",
+            "InitializerFailed",
+            "the initializer failed" + (f": {text}" if text else f" ({failed.get('reason', 'Failed')}: {failed.get('message', '')})"),
+        )
     waiting = _waiting_reason(pods)
     return Initialization("Running", "Downloading", waiting or "the initializer is fetching the hub repositories into the cache")
 
@@ -128,8 +134,9 @@ def initialization(ctx: Context) -> Decision | None:
         return None
     if ctx.status.start_time is None:
         ctx.status.start_time = ctx.now  # the deadline counts the downloads too
-    init = observe_initializer([j for j in ctx.observed.jobs if is_initializer(j)],
-                               [p for p in ctx.observed.pods if is_initializer(p)], ctx.now)
+    init = observe_initializer(
+        [j for j in ctx.observed.jobs if is_initializer(j)], [p for p in ctx.observed.pods if is_initializer(p)], ctx.now
+    )
     if init.state == "Failed":
         ctx.status.completion_time = ctx.now
         set_condition(ctx.status, INITIALIZED, "False", init.reason, init.message, ctx.now)
@@ -137,8 +144,9 @@ def initialization(ctx: Context) -> Decision | None:
         return finish(ctx, "Failed", init.reason, init.message, events=(("Warning", init.reason, init.message),))
     if init.state != "Succeeded":
         set_condition(ctx.status, INITIALIZED, "False", init.reason, init.message, ctx.now)
-        return finish(ctx, "Initializing", init.reason, init.message, create_initializer=init.state == "Missing",
-                      requeue_after=ACTIVE_SECONDS)
+        return finish(
+            ctx, "Initializing", init.reason, init.message, create_initializer=init.state == "Missing", requeue_after=ACTIVE_SECONDS
+        )
     ctx.status.initialization = init.status
     set_condition(ctx.status, INITIALIZED, "True", init.reason, init.message, ctx.now)
     ctx.events.append(("Normal", init.reason, init.message))

@@ -32,10 +32,12 @@ def missing_message(missing: Sequence[tuple[str, str]]) -> str:
     kinds = ", ".join(f"{kind} ({api_version})" for api_version, kind in missing)
     sentence = f"this cluster does not serve {kinds}: its CRD is not installed"
     if any(api_version.split("/")[0] in AGENT_SANDBOX_GROUPS for api_version, _ in missing):
-        sentence += (f"; rollout.multiTurn.sandbox.backend agentSandbox needs the kubernetes-sigs agent-sandbox controller "
-                     f"with its extensions (tested: {AGENT_SANDBOX_VERSION}, run with --extensions, its CRDs including "
-                     f"{AGENT_SANDBOX_EXTENSIONS_API_VERSION} SandboxTemplate and SandboxWarmPool): ask the cluster admin "
-                     f"to install it, or set backend: pods")
+        sentence += (
+            f"; rollout.multiTurn.sandbox.backend agentSandbox needs the kubernetes-sigs agent-sandbox controller "
+            f"with its extensions (tested: {AGENT_SANDBOX_VERSION}, run with --extensions, its CRDs including "
+            f"{AGENT_SANDBOX_EXTENSIONS_API_VERSION} SandboxTemplate and SandboxWarmPool): ask the cluster admin "
+            f"to install it, or set backend: pods"
+        )
     return sentence + "; the job waits until then"
 
 
@@ -54,5 +56,6 @@ def with_missing_apis(decision: Decision, missing: Sequence[tuple[str, str]], no
     if decision.create_jobset or decision.create_initializer:
         set_phase(status, "Pending", MISSING_API, message, now)
     events = decision.events if held else (*decision.events, ("Warning", MISSING_API, message[:1000]))
-    return dataclasses.replace(decision, status=status, create_jobset=False, create_initializer=False,
-                               events=events, requeue_after=RETRY_SECONDS, message=message)
+    return dataclasses.replace(
+        decision, status=status, create_jobset=False, create_initializer=False, events=events, requeue_after=RETRY_SECONDS, message=message
+    )

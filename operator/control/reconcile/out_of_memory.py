@@ -41,8 +41,10 @@ def memory_limit(pod: dict[str, Any]) -> str | None:
 
 
 def advice(role: str) -> str:
-    return (f"give it more room: roles.{role}.resources.limits.memory, or fewer bytes per step: "
-            "trainer.microBatchSize, rollout.kvCacheBytes, data.maxPromptLength")
+    return (
+        f"give it more room: roles.{role}.resources.limits.memory, or fewer bytes per step: "
+        "trainer.microBatchSize, rollout.kvCacheBytes, data.maxPromptLength"
+    )
 
 
 def out_of_memory(ctx: Context) -> Decision | None:
@@ -59,6 +61,8 @@ def out_of_memory(ctx: Context) -> Decision | None:
     ctx.status.completion_time = ctx.now
     role = killed["metadata"].get("labels", {}).get(LABEL_ROLE, "?")
     limit = memory_limit(killed)
-    message = (f"pod {name(killed)} (role {role}): its {TRAINER_CONTAINER} container was killed for running out of memory "
-               f"({f'limit {limit}' if limit else 'no limit: the node ran out'}); {NOT_RETRIED}; {advice(role)}")
+    message = (
+        f"pod {name(killed)} (role {role}): its {TRAINER_CONTAINER} container was killed for running out of memory "
+        f"({f'limit {limit}' if limit else 'no limit: the node ran out'}); {NOT_RETRIED}; {advice(role)}"
+    )
     return finish(ctx, "Failed", REASON, message, delete=(f"jobset/{name(jobset)}",), events=(("Warning", REASON, message),))

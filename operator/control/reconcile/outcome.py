@@ -25,14 +25,26 @@ def outcome(ctx: Context) -> Decision | None:
     if permanent is not None:
         pod, failure = permanent
         reason = failure.reason if failure is not None and not failure.retryable else "NotRetryable"
-        said = (f"pod {pod} (role {failure.role}, rank {failure.rank}): {failure.message}" if failure is not None
-                else failed_pod(ctx.observed.pods) or f"pod {pod} failed")
+        said = (
+            f"pod {pod} (role {failure.role}, rank {failure.rank}): {failure.message}"
+            if failure is not None
+            else failed_pod(ctx.observed.pods) or f"pod {pod} failed"
+        )
         message = f"{said}; {NOT_RETRIED}"
         return finish(ctx, "Failed", reason, message, delete=(f"jobset/{name(jobset)}",), events=(("Warning", reason, message),))
     limit = ctx.job.spec.run_policy.backoff_limit
-    cause = (failed_pod(of_attempt(ctx.observed.failed_pods_too, jobset), of_attempt(ctx.observed.trainer_jobs, jobset))
-             or failed.get("message") or "a pod failed")
+    cause = (
+        failed_pod(of_attempt(ctx.observed.failed_pods_too, jobset), of_attempt(ctx.observed.trainer_jobs, jobset))
+        or failed.get("message")
+        or "a pod failed"
+    )
     message = f"{cause}; backoffLimit {limit} reached after {ctx.status.restarts} restart(s)"
     # Whatever still runs (a role whose Job had not failed) stops.
-    return finish(ctx, "Failed", "BackoffLimitExceeded", message, delete=(f"jobset/{name(jobset)}",),
-                  events=(("Warning", "BackoffLimitExceeded", message),))
+    return finish(
+        ctx,
+        "Failed",
+        "BackoffLimitExceeded",
+        message,
+        delete=(f"jobset/{name(jobset)}",),
+        events=(("Warning", "BackoffLimitExceeded", message),),
+    )

@@ -35,8 +35,9 @@ LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
 MAX_REFUSAL_CHARS = 256
 """The longest refusal message (a Warning event on the RLJob)."""
 _ERROR_TYPE = re.compile(r"^[a-z_]{1,64}$")
-_KNOWN_KEYS = frozenset(k for model in (ProgressReport, CheckpointStatus) for name, f in model.model_fields.items()
-                        for k in (name, f.alias) if k)
+_KNOWN_KEYS = frozenset(
+    k for model in (ProgressReport, CheckpointStatus) for name, f in model.model_fields.items() for k in (name, f.alias) if k
+)
 
 
 class OutOfBounds(ValueError):
@@ -75,14 +76,18 @@ def bounded_report(raw: str) -> ProgressReport:
         _within("last_checkpoint.step", checkpoint.step, 0, MAX_STEPS)
         path = checkpoint.path
         if not 0 < len(path) <= MAX_PATH_CHARS or not path.isprintable():
-            raise OutOfBounds(f"last_checkpoint.path has {len(path)} characters (at most {MAX_PATH_CHARS}, printable ones)",
-                              f"last_checkpoint.path is empty, longer than {MAX_PATH_CHARS} characters or not printable")
+            raise OutOfBounds(
+                f"last_checkpoint.path has {len(path)} characters (at most {MAX_PATH_CHARS}, printable ones)",
+                f"last_checkpoint.path is empty, longer than {MAX_PATH_CHARS} characters or not printable",
+            )
         when = checkpoint.time
         if when is not None:
             aware = when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
             if not EARLIEST <= aware <= LATEST:
-                raise OutOfBounds(f"last_checkpoint.time is {when.isoformat()}, outside {EARLIEST.year}-{LATEST.year}",
-                                  f"last_checkpoint.time is outside {EARLIEST.year}-{LATEST.year}")
+                raise OutOfBounds(
+                    f"last_checkpoint.time is {when.isoformat()}, outside {EARLIEST.year}-{LATEST.year}",
+                    f"last_checkpoint.time is outside {EARLIEST.year}-{LATEST.year}",
+                )
     return report
 
 

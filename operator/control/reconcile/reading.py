@@ -185,8 +185,9 @@ def failed_role_job(trainer_jobs: Sequence[dict[str, Any]], pods: Sequence[dict[
     return None
 
 
-def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict[str, Any], ended: int,
-                   trainer_jobs: Sequence[dict[str, Any]] = ()) -> None:
+def record_failure(
+    status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict[str, Any], ended: int, trainer_jobs: Sequence[dict[str, Any]] = ()
+) -> None:
     """Keep how the job's attempt number `ended` ended in the status (the newest MAX_FAILURES), once per attempt:
     the pod blamed for it and its last words, read before the gang restart takes the pods away. The pods carry
     JobSet's own count, which starts again with a JobSet made again after a suspension."""
@@ -199,8 +200,10 @@ def record_failure(status: RLJobStatus, pods: list[dict[str, Any]], jobset: dict
     lost = failed_role_job(attempt_jobs, attempt_pods)
     if lost is not None and not (failed and _started_it(failed[0])):
         role, job_says = lost  # no pod that failed by itself is left to read: its role's Job says what happened
-        status.failures = [*status.failures, AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost",
-                                                            message=job_says[:4096])][-MAX_FAILURES:]
+        status.failures = [
+            *status.failures,
+            AttemptFailure(attempt=ended, pod="", role=role[:16], reason="PodLost", message=job_says[:4096]),
+        ][-MAX_FAILURES:]
         return
     if failed:
         record_pod(status, failed[0], ended)
@@ -214,12 +217,17 @@ def record_pod(status: RLJobStatus, pod: dict[str, Any], ended: int) -> None:
     terminated = container[1] if container else {}
     raw = terminated.get("message") or ""
     said = read_failure(raw)
-    status.failures = [*status.failures, AttemptFailure(
-        attempt=ended, pod=name(pod)[:253], role=pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")[:16],
-        exit_code=terminated.get("exitCode"),
-        reason=(said.reason if said else str(terminated.get("reason") or pod.get("status", {}).get("reason") or "Failed"))[:64],
-        message=(said.message if said else raw)[-4096:],
-    )][-MAX_FAILURES:]
+    status.failures = [
+        *status.failures,
+        AttemptFailure(
+            attempt=ended,
+            pod=name(pod)[:253],
+            role=pod["metadata"].get("labels", {}).get(LABEL_ROLE, "?")[:16],
+            exit_code=terminated.get("exitCode"),
+            reason=(said.reason if said else str(terminated.get("reason") or pod.get("status", {}).get("reason") or "Failed"))[:64],
+            message=(said.message if said else raw)[-4096:],
+        ),
+    ][-MAX_FAILURES:]
 
 
 def not_retryable(pods: list[dict[str, Any]]) -> tuple[str, TrainerFailure | None] | None:
@@ -243,8 +251,9 @@ def owned_by(objects: list[dict[str, Any]], owners: list[dict[str, Any]]) -> lis
 
 def evictions(workloads: list[dict[str, Any]], jobset: dict[str, Any]) -> int:
     """The RLJob's preemptions and other evictions: before this JobSet, plus what Kueue counted on its Workload."""
-    counted = sum(int(e.get("count", 0) or 0) for w in workloads
-                  for e in (w.get("status", {}).get("schedulingStats") or {}).get("evictions", []))
+    counted = sum(
+        int(e.get("count", 0) or 0) for w in workloads for e in (w.get("status", {}).get("schedulingStats") or {}).get("evictions", [])
+    )
     return _annotation(jobset, PREEMPTIONS_BEFORE) + counted
 
 

@@ -32,8 +32,7 @@ def running(ctx: Context) -> Decision:
         if ctx.jobset is not None:
             record_failure(ctx.status, ctx.observed.failed_pods_too, ctx.jobset, ctx.status.restarts - 1, ctx.observed.trainer_jobs)
         message = f"{cause}; restarting every role from the last checkpoint (restart {ctx.status.restarts} of {limit})"
-        return finish(ctx, "Restarting", "PodFailed", message, requeue_after=ACTIVE_SECONDS,
-                      events=(("Warning", GANG_RESTART, message),))
+        return finish(ctx, "Restarting", "PodFailed", message, requeue_after=ACTIVE_SECONDS, events=(("Warning", GANG_RESTART, message),))
     if ready == total:
         requeue = RESYNC_SECONDS if left is None else min(RESYNC_SECONDS, left)
         return finish(ctx, "Running", "AllRanksRunning", f"all {total} pods are running", requeue_after=requeue)

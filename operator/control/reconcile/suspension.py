@@ -14,5 +14,11 @@ def suspension(ctx: Context) -> Decision | None:
         return None
     children = tuple(f"jobset/{name(j)}" for j in ctx.observed.jobsets) + tuple(f"job/{name(j)}" for j in ctx.observed.jobs)
     ctx.status.start_time = None  # the deadline counts running time, as for a Kubernetes Job
-    return finish(ctx, "Suspended", "Suspended", "suspended: pods removed, checkpoints kept", delete=children,
-                  requeue_after=ACTIVE_SECONDS if children else None)
+    return finish(
+        ctx,
+        "Suspended",
+        "Suspended",
+        "suspended: pods removed, checkpoints kept",
+        delete=children,
+        requeue_after=ACTIVE_SECONDS if children else None,
+    )

@@ -51,9 +51,10 @@ def main() -> None:
     spec = LoRASpec.model_validate(json.loads(args.lora))
     blob = torch.load(args.batch)
     batch = pack(blob["prompts"], blob["responses"], pad_id=0)
-    batch.advantages = blob["advantages"][:, :batch.mask.shape[1]] * batch.mask
-    policy = MegatronLM(arch, read_hf_state_dict(folder), optimizer=OptimizerSpec(lr=1e-2, grad_clip=1.0),
-                        lora=spec, lora_seed=5, packed=True)
+    batch.advantages = blob["advantages"][:, : batch.mask.shape[1]] * batch.mask
+    policy = MegatronLM(
+        arch, read_hf_state_dict(folder), optimizer=OptimizerSpec(lr=1e-2, grad_clip=1.0), lora=spec, lora_seed=5, packed=True
+    )
     base_before = {k: v.clone() for k, v in policy.megatron_state().items()}
 
     def logprobs() -> torch.Tensor:
@@ -73,20 +74,36 @@ def main() -> None:
         base_after = logprobs()
     frozen = all(torch.equal(v, base_before[k]) for k, v in policy.megatron_state().items())
     # The whole adapter: every (stage, TP rank) of DP replica 0.
-    mine = {"place": (policy.place.pp_rank, policy.place.tp_rank), "dp": policy.place.dp_rank,
-            "adapter": policy.adapters.state(), "numel": policy.adapters.numel(),
-            "optimized": sum(p.numel() for g in policy.optimizer.param_groups for p in g["params"]),
-            "trainable": sum(p.numel() for p in policy.module.parameters() if p.requires_grad)}
+    mine = {
+        "place": (policy.place.pp_rank, policy.place.tp_rank),
+        "dp": policy.place.dp_rank,
+        "adapter": policy.adapters.state(),
+        "numel": policy.adapters.numel(),
+        "optimized": sum(p.numel() for g in policy.optimizer.param_groups for p in g["params"]),
+        "trainable": sum(p.numel() for p in policy.module.parameters() if p.requires_grad),
+    }
     everything: list = [None] * args.world
     dist.all_gather_object(everything, mine)
     if args.rank == 0:
         shards = {e["place"]: e["adapter"] for e in everything if e["dp"] == 0}
-        torch.save({"fresh": fresh, "base": base, "trained": trained, "base_after": base_after, "mask": batch.mask,
-                    "frozen": frozen, "adapter": gather_adapter(shards, arch, list(spec.target_modules)), "shards": shards,
-                    "grad_norms": [s["grad_norm"] for s in stats],
-                    "adapter_numel": sum(e["numel"] for e in everything if e["dp"] == 0),
-                    "optimized": [e["optimized"] for e in everything], "trainable": [e["trainable"] for e in everything],
-                    "dp": ps.get_data_parallel_world_size()}, args.out)
+        torch.save(
+            {
+                "fresh": fresh,
+                "base": base,
+                "trained": trained,
+                "base_after": base_after,
+                "mask": batch.mask,
+                "frozen": frozen,
+                "adapter": gather_adapter(shards, arch, list(spec.target_modules)),
+                "shards": shards,
+                "grad_norms": [s["grad_norm"] for s in stats],
+                "adapter_numel": sum(e["numel"] for e in everything if e["dp"] == 0),
+                "optimized": [e["optimized"] for e in everything],
+                "trainable": [e["trainable"] for e in everything],
+                "dp": ps.get_data_parallel_world_size(),
+            },
+            args.out,
+        )
     dist.barrier()
     dist.destroy_process_group()
 

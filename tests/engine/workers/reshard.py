@@ -28,6 +28,7 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
     from kuberl.engine.compat import megatron_cpu
+
     megatron_cpu.apply()
     from megatron.core import parallel_state as ps
 
@@ -36,6 +37,7 @@ def main() -> None:
     from kuberl.engine.models.convert import hf_to_megatron
 
     from kuberl.engine.distributed.world import init_model_parallel
+
     init_model_parallel(args.tp, args.pp, seed=1234)
     blob = torch.load(args.model, weights_only=False)
     arch = LlamaArch.from_hf_config(blob["hf_config"])
@@ -70,8 +72,11 @@ def main() -> None:
     def shard_of(tensor, dim):
         return tensor if dim is None else tensor.chunk(args.tg, dim)[j]
 
-    exact = (not args.naive) and set(gathered) == set(expected) and all(
-        torch.equal(gathered[k][0], shard_of(v, gathered[k][1])) for k, v in expected.items())
+    exact = (
+        (not args.naive)
+        and set(gathered) == set(expected)
+        and all(torch.equal(gathered[k][0], shard_of(v, gathered[k][1])) for k, v in expected.items())
+    )
     torch.save({"rank": args.rank, "stage": stage, "tp": tp_rank, "exact": exact, **stats}, f"{args.out}.{args.rank}")
     dist.barrier()
     dist.destroy_process_group()
@@ -91,8 +96,9 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
     from kuberl.engine.training.policy import MegatronLM, response_logprobs_from_logits
     from kuberl.engine.training.sequences import micro_batches, pack
 
-    rollout = VLLMRollout(args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True,
-                          tensor_parallel_size=args.tg)
+    rollout = VLLMRollout(
+        args.vllm_folder, kv_cache_bytes=64 << 20, max_model_len=128, skip_tokenizer_init=True, tensor_parallel_size=args.tg
+    )
     prompts = [[1, 2, 3, 4, 5], [7, 7, 9], [100, 50, 25, 12]]
     greedy = Sampling(max_new_tokens=8, temperature=0.0)
     resharder = Resharder(arch, args.tp, args.pp, stage, tp_rank, ranks, group, bucket_bytes=args.bucket_bytes, tg=args.tg)
@@ -109,9 +115,12 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
             # A real update: raise the log-probability of the first round's greedy answers.
             batch = pack(prompts, [c.token_ids[::-1] for c in completions], pad_id=0)
             mbs = micro_batches(batch, 3)
-            stats = policy.train_step(mbs, lambda logits, mb, totals: (
-                -(response_logprobs_from_logits(logits, mb).sum() / mb.mask.sum()), {}), lr=5e-2,
-                totals=UpdateTotals.alone(mbs))
+            stats = policy.train_step(
+                mbs,
+                lambda logits, mb, totals: (-(response_logprobs_from_logits(logits, mb).sum() / mb.mask.sum()), {}),
+                lr=5e-2,
+                totals=UpdateTotals.alone(mbs),
+            )
             report["grad_norm"] = stats["grad_norm"]
         sent: dict = {}
 
@@ -133,12 +142,23 @@ def check_vllm(args, arch, stage, tp_rank, ranks, group, blob) -> None:
                 logits = hf(torch.tensor([prompt + completion.token_ids])).logits[0, len(prompt) - 1 : -1]
             logprobs = torch.log_softmax(logits, -1)
             chosen = logprobs.gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
-            worst = max(worst, (chosen - torch.tensor(completion.logprobs)).abs().max().item(),
-                        (logprobs.max(-1).values - chosen).max().item())
+            worst = max(
+                worst, (chosen - torch.tensor(completion.logprobs)).abs().max().item(), (logprobs.max(-1).values - chosen).max().item()
+            )
         moved = None if sent_before is None else sum(not torch.equal(sent[k], sent_before[k]) for k in sent)
-        report["rounds"].append({"tokens": [c.token_ids for c in completions], "worst": worst, "loaded": loaded,
-                                 "bytes_received": resharder.stats.bytes_received, "stage": stage, "tp": tp_rank, "tensors_moved": moved, "tensors": len(sent),
-                                 "first_round_equals_blob": round_ > 0 or all(torch.equal(sent[k], blob["state_dict"][k]) for k in sent)})
+        report["rounds"].append(
+            {
+                "tokens": [c.token_ids for c in completions],
+                "worst": worst,
+                "loaded": loaded,
+                "bytes_received": resharder.stats.bytes_received,
+                "stage": stage,
+                "tp": tp_rank,
+                "tensors_moved": moved,
+                "tensors": len(sent),
+                "first_round_equals_blob": round_ > 0 or all(torch.equal(sent[k], blob["state_dict"][k]) for k in sent),
+            }
+        )
         sent_before = sent
     torch.save(report, f"{args.out}.{args.rank}")
     return rollout
@@ -149,6 +169,7 @@ def naive(local: dict, world: int) -> tuple[dict, dict]:
     import time
 
     from kuberl.engine.hybrid.baseline import naive_all_gather
+
     started = time.perf_counter()
     received = naive_all_gather(local, world)
     return {}, {"bytes_received": received, "seconds": time.perf_counter() - started}

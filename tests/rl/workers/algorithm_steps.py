@@ -44,8 +44,13 @@ def start() -> tuple[argparse.Namespace, Any, list[Any]]:
     return args, RLRun(config, world, Path(os.environ["KUBERL_RUN_DIR"])), specs
 
 
-def take_steps(args: argparse.Namespace, run: Any, specs: list[Any],
-               observed: Callable[[], dict[str, Any]] = dict, before: Callable[[], None] = lambda: None) -> None:
+def take_steps(
+    args: argparse.Namespace,
+    run: Any,
+    specs: list[Any],
+    observed: Callable[[], dict[str, Any]] = dict,
+    before: Callable[[], None] = lambda: None,
+) -> None:
     """One step of each spec; rank 0 writes a record per step to --out, with `observed()`'s entries
     (what the caller saw during the step; `before()` runs ahead of each). Closes the run."""
     import torch
@@ -61,8 +66,7 @@ def take_steps(args: argparse.Namespace, run: Any, specs: list[Any],
         record = run.run_step(timer)
         run.step += 1
         moved = any(not torch.equal(weights[k], v) for k, v in run.actor.megatron_state().items())
-        out.append({"algorithm": spec.to_manifest(), "moved": moved, "phase_seconds": dict(timer.seconds),
-                    **observed(), **record})
+        out.append({"algorithm": spec.to_manifest(), "moved": moved, "phase_seconds": dict(timer.seconds), **observed(), **record})
     if run.rank == 0:  # the global rank, as RANK
         Path(args.out).write_text("\n".join(json.dumps(r) for r in out))
     run.close()

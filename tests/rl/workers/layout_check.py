@@ -40,8 +40,7 @@ def main() -> None:
     batch = pack(blob["prompts"], blob["responses"], pad_id=0)
     weights = torch.Generator().manual_seed(1)
     batch.advantages = torch.randn(batch.mask.shape, generator=weights) * batch.mask
-    policy = MegatronLM(LlamaArch.from_hf_config(read_hf_config(folder)), read_hf_state_dict(folder),
-                        optimizer=OptimizerSpec(lr=1e-3))
+    policy = MegatronLM(LlamaArch.from_hf_config(read_hf_config(folder)), read_hf_state_dict(folder), optimizer=OptimizerSpec(lr=1e-3))
 
     def loss_fn(logits, mb, totals):
         logp = response_logprobs_from_logits(logits, mb)
@@ -50,8 +49,12 @@ def main() -> None:
     out = {}
     span = policy.span
     # shared_split: a span so short that runs split into rows of fewer samples (packing._split_run).
-    for name, packed, shared, row_span in (("padded", False, False, span), ("packed", True, False, span),
-                                           ("shared", True, True, span), ("shared_split", True, True, 0.5)):
+    for name, packed, shared, row_span in (
+        ("padded", False, False, span),
+        ("packed", True, False, span),
+        ("shared", True, True, span),
+        ("shared_split", True, True, 0.5),
+    ):
         policy.packed, policy.share_prefix, policy.span = packed, shared, row_span
         mbs = micro_batches(batch, blob["micro_batch_size"])
         logprobs = torch.cat(policy.response_logprobs(mbs))
@@ -60,8 +63,12 @@ def main() -> None:
         policy._schedule(mbs, loss_fn, forward_only=False)
         grads = {n: p.main_grad.detach().clone() for n, p in policy.model.module.named_parameters()}
         inputs = policy.model_inputs(mbs)
-        out[name] = {"logprobs": logprobs, "grads": grads, "tokens": sum(x.tokens for x in inputs),
-                     "blocks": sum(x.attention_blocks for x in inputs)}
+        out[name] = {
+            "logprobs": logprobs,
+            "grads": grads,
+            "tokens": sum(x.tokens for x in inputs),
+            "blocks": sum(x.attention_blocks for x in inputs),
+        }
     policy.span = span
     out["mask"] = batch.mask
     out["splits"] = split_gradients(policy, batch)
@@ -107,8 +114,7 @@ def split_gradients(policy, batch) -> dict:
     dp = policy.place.dp_size
     out: dict = {}
     for aggregation in ("token_mean", "token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm"):
-        algorithm = AlgorithmSpec.model_validate({"name": "grpo", "lossAggregation": aggregation, "klCoef": 0.1,
-                                                  "entropyCoef": 0.01})
+        algorithm = AlgorithmSpec.model_validate({"name": "grpo", "lossAggregation": aggregation, "klCoef": 0.1, "entropyCoef": 0.01})
         loss = policy_loss_fn(algorithm, horizon=8)
         cuts = {}
         for cut, budget, size in (("whole", None, None), ("one", None, 1), ("two", None, 2), ("tokens", 12, None)):

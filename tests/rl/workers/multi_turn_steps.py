@@ -38,13 +38,17 @@ def main() -> None:
         rows = out.rows
         for b, completion in enumerate(rollout.completions):
             start, length = int(rows.prompt_lens[b]), int(rows.response_lens[b])
-            ids = rows.input_ids[b, start:start + length].tolist()
+            ids = rows.input_ids[b, start : start + length].tolist()
             mask = [int(m) for m in rows.mask[b, :length].tolist()]
-            trained.append({
-                "messages": completion.messages, "tool_calls": completion.tool_calls,
-                "trained": [tokenizer.decode(t, skip_special_tokens=False) for m, t in runs(ids, mask) if m],
-                "not_trained": [tokenizer.decode(t, skip_special_tokens=False) for m, t in runs(ids, mask) if not m],
-                "own_mask_is_the_rows": list(completion.token_ids.mask) == mask})
+            trained.append(
+                {
+                    "messages": completion.messages,
+                    "tool_calls": completion.tool_calls,
+                    "trained": [tokenizer.decode(t, skip_special_tokens=False) for m, t in runs(ids, mask) if m],
+                    "not_trained": [tokenizer.decode(t, skip_special_tokens=False) for m, t in runs(ids, mask) if not m],
+                    "own_mask_is_the_rows": list(completion.token_ids.mask) == mask,
+                }
+            )
         return out
 
     TrainingOps.batch = batch

@@ -59,9 +59,16 @@ def main() -> None:
     critic = MegatronLM(arch, state, optimizer=None, value_head=True, logit_temperature=args.temperature)
     values = torch.cat(critic.response_values(micro_batches(batch, 2)))
     if args.rank == 0:
-        torch.save({"logprobs": logprobs, "loss_logprobs": torch.cat(seen.get("logprobs", [torch.zeros(0)])),
-                    "entropy": torch.cat(seen.get("entropy", [torch.zeros(0)])), "values": values, "mask": batch.mask},
-                   args.out)
+        torch.save(
+            {
+                "logprobs": logprobs,
+                "loss_logprobs": torch.cat(seen.get("logprobs", [torch.zeros(0)])),
+                "entropy": torch.cat(seen.get("entropy", [torch.zeros(0)])),
+                "values": values,
+                "mask": batch.mask,
+            },
+            args.out,
+        )
     dist.barrier()
     dist.destroy_process_group()
 
