@@ -82,6 +82,19 @@ def test_the_operator_shows_the_progress_eta_and_validation_the_engine_reports()
     assert "etaSeconds" not in status.to_manifest()
 
 
+def test_the_operator_shows_how_stale_the_last_batch_was_and_refuses_a_wild_value() -> None:
+    # Separate placement: the step's record says how many versions behind its batch was.
+    status = RLJobStatus()
+    apply_progress(status, progress_report({"step": 3, "staleness": 1.0}, total_steps=30, last_checkpoint=None).to_json())
+    assert status.metrics is not None and status.metrics.staleness == 1
+    assert status.to_manifest()["metrics"]["staleness"] == 1
+    # Colocated: no staleness in the record, none in the report or the status.
+    apply_progress(status, progress_report({"step": 4}, total_steps=30, last_checkpoint=None).to_json())
+    assert status.metrics is not None and status.metrics.staleness is None
+    refused = apply_progress(status, '{"step": 5, "staleness": 10000000000}')
+    assert refused is not None and "staleness is outside" in refused and status.step == 4
+
+
 def test_a_report_without_the_new_fields_still_parses() -> None:
     """A trainer image older than the operator writes no ETA or validation: the report still applies."""
     status = RLJobStatus()

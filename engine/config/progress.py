@@ -43,6 +43,8 @@ class ProgressReport(SpecModel):
     validation_reward_mean: float | None = None
     """The latest mean reward on the validation set (greedy responses), measured at `validation_step`."""
     validation_step: int | None = Field(default=None, ge=0)
+    staleness: int | None = Field(default=None, ge=0)
+    """How many policy versions the last step's batch was behind (rollout.placement: separate; None colocated)."""
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

@@ -52,6 +52,7 @@ def progress_report(
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
     tokens = finite("rollout_tokens_per_second")
+    staleness = finite("staleness")
     return ProgressReport(
         step=int(record.get("step", 0)),
         total_steps=total_steps,
@@ -62,6 +63,7 @@ def progress_report(
         eta_seconds=eta if eta is not None and math.isfinite(eta) else None,
         validation_step=validation[0] if validation else None,
         validation_reward_mean=validation[1] if validation else None,
+        staleness=int(staleness) if staleness is not None and staleness >= 0 else None,
     )
 
 

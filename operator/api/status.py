@@ -53,6 +53,8 @@ class MetricsSnapshot(SpecModel):
     """The policy's KL divergence from the reference policy at the last step."""
     tokens_per_second: float | None = Field(default=None, ge=0.0)
     """Generated tokens per second of the last step's rollout."""
+    staleness: int | None = Field(default=None, ge=0)
+    """How many policy versions the last step's batch was behind the policy it trained (rollout.placement: separate)."""
 
 
 class InitializationStatus(SpecModel):

@@ -129,6 +129,7 @@ def status_text(job: RLJob, wide: bool = False) -> str:
         ("Progress", f"{s.progress}%" if s.progress is not None else "-"),
         ("ETA", eta(job) + (" (fewer than 3 steps timed since the pods started)" if eta(job) == "unknown" and s.step is not None else "")),
         ("Reward", number(s.metrics.reward_mean if s.metrics else None)),
+        *([("Staleness", f"{s.metrics.staleness} version(s) behind")] if s.metrics and s.metrics.staleness is not None else []),
         ("Validation", validation),
         ("Restarts", str(s.restarts)),
         ("Preemptions", str(s.preemptions)),

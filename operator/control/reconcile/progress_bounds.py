@@ -65,7 +65,7 @@ def bounded_report(raw: str) -> ProgressReport:
     if size > MAX_REPORT_BYTES:
         raise OutOfBounds(f"the report is {size} bytes, more than {MAX_REPORT_BYTES}", f"the report is more than {MAX_REPORT_BYTES} bytes")
     report = ProgressReport.model_validate_json(raw)
-    for name in ("step", "total_steps", "validation_step"):
+    for name in ("step", "total_steps", "validation_step", "staleness"):
         _within(name, getattr(report, name), 0, MAX_STEPS)
     for name in ("reward_mean", "kl", "validation_reward_mean"):
         _within(name, getattr(report, name), -MAX_ABS_METRIC, MAX_ABS_METRIC)
