@@ -17,7 +17,7 @@ class RolloutOps:
     def next_prompts(self) -> list[Example]:
         """The next batch of trainer.promptsPerStep examples of the seeded order (checkpointed). With
         rollout.placement: separate, the batch asked of the fleet for this step (async_rollout.py)."""
-        if getattr(self.run, "pipeline", None) is not None:
+        if self.run.pipeline is not None:
             return self.run.pipeline.examples(self)
         return self.run.loader.next_batch()
 
@@ -55,9 +55,9 @@ class RolloutOps:
         """Completions of every example's prompt with vLLM, on every replica for its share (a
         multi-turn job's trajectories: multi_turn.py)."""
         run = self.run
-        if getattr(run, "multi_turn", None) is not None:
+        if run.multi_turn is not None:
             return generate_multi_turn(self, examples, sampling)
-        if getattr(run, "fleet", None) is not None:
+        if run.fleet is not None:
             return self._generate_on_fleet(examples, sampling)
         self.switch_to_rollout()
         prompts = [run.encoder.encode(e) for e in examples]
