@@ -57,6 +57,26 @@ class RoleFailure:
     message: str
 
 
+def serve_commands(link: RoleLink, handlers: Any) -> bool:
+    """The serving end of a role's link: answer each command with `handlers`' method `_<command>` until "stop".
+    True when the job completed, False when it stopped early. A command that fails is answered with a
+    RoleFailure (the controller raises it with the role named), then raised here: this rank ends like any
+    failed rank."""
+    while True:
+        command, payload = link.receive()
+        if command == "stop":
+            return bool((payload or {}).get("completed", True))
+        try:
+            handler = getattr(handlers, f"_{command}", None)
+            if handler is None:
+                raise ValueError(f"no such command on role {link.role}")
+            result = handler(payload)
+        except Exception as exc:
+            link.reply(RoleFailure(f"{command} failed: {type(exc).__name__}: {exc}"))
+            raise
+        link.reply(result)
+
+
 class RemoteRewardModel:
     """The controller's stand-in for a reward model on ranks of its own (what the Rewarder calls)."""
 

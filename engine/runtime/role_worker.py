@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from ..config.topology import EngineConfig
-from ..distributed.role_link import RoleFailure, RoleLink
+from ..distributed.role_link import RoleLink, serve_commands
 from ..distributed.role_worlds import RoleWorld
 from ..models.loading import read_hf_state_dict
 from ..rewards import RewardModel
@@ -66,17 +66,7 @@ class RoleWorker:
         """Answer commands until "stop"; True when the job completed, False when it stopped early."""
         self.stop = stop or StopRequest()
         self.stop.steps_begin()
-        while True:
-            command, payload = self.link.receive()
-            if command == "stop":
-                return bool((payload or {}).get("completed", True))
-            try:
-                result = getattr(self, f"_{command}")(payload)
-            except Exception as exc:
-                # The controller raises it with the role named; this rank then ends like any failed rank.
-                self.link.reply(RoleFailure(f"{command} failed: {type(exc).__name__}: {exc}"))
-                raise
-            self.link.reply(result)
+        return serve_commands(self.link, self)
 
     def _stopping(self, payload: None) -> bool:
         """Whether any rank of this role was signalled (the controller asks at every step boundary)."""

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from ..common.dtypes import vllm_dtype
 from ..config.topology import EngineConfig
-from ..distributed.role_link import RoleFailure, RoleLink
+from ..distributed.role_link import RoleLink, serve_commands
 from ..distributed.role_worlds import RoleWorld
 from ..distributed.rollout_fleet import GenerateRequest
 from ..distributed.weight_stream import receive_buckets
@@ -60,16 +60,7 @@ class RolloutWorker:
     def serve(self, stop: StopRequest | None = None) -> bool:
         self.stop = stop or StopRequest()
         self.stop.steps_begin()
-        while True:
-            command, payload = self.link.receive()
-            if command == "stop":
-                return bool((payload or {}).get("completed", True))
-            try:
-                result = getattr(self, f"_{command}")(payload)
-            except Exception as exc:
-                self.link.reply(RoleFailure(f"{command} failed: {type(exc).__name__}: {exc}"))
-                raise
-            self.link.reply(result)
+        return serve_commands(self.link, self)
 
     def _weights(self, payload: dict[str, Any]) -> dict[str, float]:
         started = time.perf_counter()
