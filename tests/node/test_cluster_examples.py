@@ -4,8 +4,9 @@
 - A job reads its prompts, its reward function and an algorithm plug-in from a claim and trains.
 - examples/ppo-cluster (PPO, 2 actor pods and a critic pod) runs through its overlay
   examples/real-node/ppo-cluster: the same claims, data layout, Secret and cache as on a GPU cluster.
-  The hub stand-in's request log shows each file fetched once, a killed trainer container restarts
-  the gang with no second fetch, a second job on the same repository fetches nothing, and a refused
+  The hub stand-in's request log shows each file fetched once, a force-deleted critic pod restarts
+  the gang with no second fetch (the restart's event and record name the critic, and the job's
+  phases, watched through the API, never go back within an attempt), a second job on the same repository fetches nothing, and a refused
   token and a missing repository each fail their job with the initializer's reason.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -238,7 +239,58 @@ def _variant(node, ppo: dict, name: str, **model) -> None:
     node.plane.kubectl("apply", "-f", "-", input=json.dumps(doc))
 
 
-def test_the_ppo_example_fetches_its_model_once_and_trains_through_a_killed_container(real_node, ppo, hub) -> None:
+def forward(seen: list[str], order: list[str]) -> bool:
+    """Whether `seen` goes through `order` forward, some phases passed over (between two reconciles)."""
+    at = [order.index(p) if p in order else -1 for p in seen]
+    return -1 not in at and at == sorted(set(at))
+
+
+class PhaseWatch:
+    """The RLJob's phases as the API server's watch delivers every change of the object: none is missed
+    between two polls. `stop()` returns them, each change once."""
+
+    def __init__(self, node, namespace: str, name: str):
+        from kubernetes import client, watch
+
+        self.phases: list[str] = []
+        self.stopped = False
+        self.ended: BaseException | None = None
+        """Why the watch ended before stop() (phases may then be missing)."""
+        self.watch = watch.Watch()
+        custom = client.CustomObjectsApi(node.plane.api_client())
+        args = ("kuberl.dev", "v1alpha1", namespace, "rljobs")
+        start = custom.list_namespaced_custom_object(*args, field_selector=f"metadata.name={name}")
+        self._add(start["items"])
+        version = start["metadata"]["resourceVersion"]
+
+        def follow() -> None:
+            try:
+                for event in self.watch.stream(
+                    custom.list_namespaced_custom_object, *args, field_selector=f"metadata.name={name}", resource_version=version
+                ):
+                    self._add([event["object"]])
+            except Exception as exc:  # noqa: BLE001 - closing the stream in stop() ends it this way too
+                if not self.stopped:
+                    self.ended = exc
+
+        self.thread = threading.Thread(target=follow, daemon=True)
+        self.thread.start()
+
+    def _add(self, objects: list[dict]) -> None:
+        for obj in objects:
+            phase = (obj.get("status") or {}).get("phase")
+            if phase and (not self.phases or self.phases[-1] != phase):
+                self.phases.append(phase)
+
+    def stop(self) -> list[str]:
+        time.sleep(1)  # the last change's event, on its way
+        self.stopped = True
+        self.watch.stop()
+        assert self.ended is None, f"the watch ended early, phases may be missing: {self.ended!r}"
+        return list(self.phases)
+
+
+def test_the_ppo_example_fetches_its_model_once_and_trains_through_a_force_deleted_critic(real_node, ppo, hub) -> None:
     node = real_node
     s = wait_for(
         node, PPO_NAMESPACE, lambda: (s := status(node, PPO_NAMESPACE, PPO)).get("initialization") and s, 600, "the initializer's report"
@@ -251,18 +303,43 @@ def test_the_ppo_example_fetches_its_model_once_and_trains_through_a_killed_cont
     # In the claim, for every pod, in the folder of the hub it came from (the chart's hubEndpoint).
     assert (endpoint_cache_dir(ppo["cache"] / "hub", hub.url) / "models--kuberl-tests--tiny-llama").is_dir()
 
-    # A killed trainer container, past the first checkpoint: the whole gang restarts from it.
-    wait_for(node, PPO_NAMESPACE, lambda: (status(node, PPO_NAMESPACE, PPO).get("step") or 0) >= 3, 900, "step 3")
-    pod = next(
-        p
-        for p in kubectl_json(node, "get", "pods", "-n", PPO_NAMESPACE, "-l", "kuberl.dev/role=actor")["items"]
-        if p["status"].get("phase") == "Running"
-    )
-    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    pid = int(next(line.split()[1] for line in node.ctr("tasks", "list").stdout.splitlines() if line.startswith(container_id)))
-    os.kill(pid, signal.SIGKILL)
+    # A force-deleted critic pod (a lost node, `kubectl delete --force`), past the first checkpoint: the whole
+    # gang restarts from it, and the critic is blamed, not the actor ranks that failed on the lost link after it.
+    # The job's steps take a second or two here and the status lags behind them: the controller's own
+    # record of each step (metrics.jsonl on the claim) is watched, every 10 ms, with the critic found first.
+    phases = PhaseWatch(node, PPO_NAMESPACE, PPO)
+
+    def wait_for_step(step: int) -> None:
+        deadline = time.monotonic() + 600
+        while max((r["step"] for r in records(ppo["checkpoints"] / "metrics.jsonl")), default=0) < step:
+            assert time.monotonic() < deadline, f"no step {step} in metrics.jsonl within 600 s"
+            time.sleep(0.01)
+
+    wait_for_step(2)
+    [critic] = [
+        p["metadata"]["name"]
+        for p in kubectl_json(node, "get", "pods", "-n", PPO_NAMESPACE, "-l", f"kuberl.dev/job={PPO},kuberl.dev/role=critic")["items"]
+    ]
+    wait_for_step(3)
+    node.plane.kubectl("delete", "pod", critic, "-n", PPO_NAMESPACE, "--force", "--grace-period=0")
     wait_for(node, PPO_NAMESPACE, lambda: status(node, PPO_NAMESPACE, PPO).get("restarts") == 1, 300, "a gang restart")
     s = wait_phase(node, PPO_NAMESPACE, PPO, "Succeeded")
+    seen = phases.stop()
+    [blamed] = s["failures"]
+    assert blamed["attempt"] == 0 and blamed["role"] == "critic", s["failures"]
+    assert blamed["pod"] in ("", critic), blamed  # named, or through its Job where the pod was gone before it was read
+    restarts = [
+        e["message"]
+        for e in kubectl_json(node, "get", "events", "-n", PPO_NAMESPACE, "--field-selector", "reason=GangRestart")["items"]
+        if e["involvedObject"]["name"] == PPO
+    ]
+    assert restarts and all("critic" in m for m in restarts), restarts
+    # Every phase the API held since the cache was filled, in order: forward within an attempt, back only
+    # through Restarting (a phase may be passed between two reconciles: Restarting, then Running at once).
+    assert seen.count("Restarting") == 1 and seen[-1] == "Succeeded", seen
+    restart = seen.index("Restarting")
+    assert forward(seen[:restart], ["Pending", "Initializing", "Starting", "Running"]), seen
+    assert forward(seen[restart + 1 :], ["Starting", "Running", "Succeeded"]), seen
     assert s["step"] == 8 and s["restarts"] == 1  # 32 prompts, 8 a step, 2 epochs
     assert hub.file_fetches(TINY_REPO) == files  # the restarted pods read the cache: nothing fetched again
     import transformers
