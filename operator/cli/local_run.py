@@ -49,6 +49,25 @@ def load_one(path: Path) -> RLJob:
     return jobs[0]
 
 
+def rank_environment(
+    rank: LocalRank, world: int, master_port: int, config_file: Path, job: str, run_dir: Path, threads: int
+) -> dict[str, str]:
+    """The variables a rank's worker reads, as a trainer pod of the job sets them (for this machine's loopback)."""
+    return {
+        "RANK": str(rank.rank),
+        "LOCAL_RANK": str(rank.rank),
+        "WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "KUBERL_CONFIG": str(config_file),
+        "KUBERL_ROLE": rank.role,
+        "KUBERL_JOB": job,
+        "KUBERL_RUN_DIR": str(run_dir),
+        "KUBERL_THREADS": str(threads),
+        "OMP_NUM_THREADS": str(threads),
+    }
+
+
 def run_local(
     manifest: Path,
     run_dir: Path | None = None,
@@ -90,21 +109,9 @@ def run_local(
     # installed before the first rank starts, so no signal is missed.
     signals = forward_stop_signals(procs, forward_as=signal.SIGTERM, announce=_announce)
     for r in ranks:
-        env = {
-            **os.environ,
-            "RANK": str(r.rank),
-            "LOCAL_RANK": str(r.rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(master_port),
-            "KUBERL_CONFIG": str(config_file),
-            "KUBERL_ROLE": r.role,
-            "KUBERL_JOB": name,
-            "KUBERL_RUN_DIR": str(run_dir),
-            "KUBERL_THREADS": str(per_rank_threads),
-            "OMP_NUM_THREADS": str(per_rank_threads),
-            **({"KUBERL_TIMEOUT_S": str(timeout_s)} if timeout_s else {}),
-        }
+        env = {**os.environ, **rank_environment(r, world, master_port, config_file, name, run_dir, per_rank_threads)}
+        if timeout_s:
+            env["KUBERL_TIMEOUT_S"] = str(timeout_s)
         log = open(r.log, "w")
         # Rank 0 talks to the console (progress bar, summary); all ranks keep a full log.
         cmd = [sys.executable, "-m", "kuberl.engine.runtime.worker"]

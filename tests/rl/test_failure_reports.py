@@ -29,7 +29,7 @@ def _run(cli: str, job: Path, run: Path, log: Path) -> subprocess.CompletedProce
 def _run_rank_as_a_pod_does(job: Path, run: Path, log: Path) -> subprocess.CompletedProcess:
     """The job's one rank, started as a trainer pod starts it: the engine's worker with the job's engine config
     and the rank's variables, no `kuberl run` around it."""
-    from kuberl.operator.cli.local_run import load_one
+    from kuberl.operator.cli.local_run import LocalRank, load_one, rank_environment
     from kuberl.operator.cli.ports import free_port
     from kuberl.operator.control.planner import engine_config
 
@@ -37,20 +37,8 @@ def _run_rank_as_a_pod_does(job: Path, run: Path, log: Path) -> subprocess.Compl
     config = engine_config(load_one(job)).model_copy(update={"master_port": port})
     run.mkdir(parents=True)
     (run / "engine-config.json").write_text(config.model_dump_json(by_alias=True))
-    rank = {
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "KUBERL_CONFIG": str(run / "engine-config.json"),
-        "KUBERL_ROLE": "actor",
-        "KUBERL_JOB": config.job,
-        "KUBERL_RUN_DIR": str(run),
-        "KUBERL_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "KUBERL_TERMINATION_LOG": str(log),
-    }
+    rank = rank_environment(LocalRank(0, "actor", run / "rank-0.log"), 1, port, run / "engine-config.json", config.job, run, 1)
+    rank["KUBERL_TERMINATION_LOG"] = str(log)
     return subprocess.run(
         [sys.executable, "-m", "kuberl.engine.runtime.worker"], env={**os.environ, **rank}, capture_output=True, text=True, timeout=600
     )
