@@ -49,6 +49,12 @@ class AgentSandbox:
             _terminate(proc)
         self.processes.clear()
 
+    def stop_checking_for_panics(self) -> None:
+        """Stop the controller; AssertionError with its log's tail if it panicked while it ran."""
+        log = self.log(lines=400)
+        self.stop()
+        assert "panic" not in log.lower(), log[-5000:]
+
 
 def install_crds(plane: ControlPlane, root: Path) -> list[str]:
     """Apply the agent-sandbox CRDs and wait until they are Established; returns their names."""
