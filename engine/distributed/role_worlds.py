@@ -73,21 +73,34 @@ class ObjectLink:
 
     def __init__(self, store: dist.Store, name: str, rank: int, size: int, timeout: timedelta):
         self.rank, self.size = rank, size
-        self.group = dist.ProcessGroupGloo(dist.PrefixStore(f"link/{name}", store), rank, size, timeout)
+        self.group: dist.ProcessGroupGloo | None = dist.ProcessGroupGloo(dist.PrefixStore(f"link/{name}", store), rank, size, timeout)
 
-    def broadcast(self, obj: Any, root: int) -> Any:
+    def broadcast_tensor(self, tensor: torch.Tensor, root: int) -> None:
+        """`tensor` from the link's rank `root` into every other rank's `tensor` (same shape and dtype)."""
+        if self.group is None:
+            raise RuntimeError("this link is closed")
         options = dist.BroadcastOptions()
         options.rootRank = root
+        self.group.broadcast([tensor], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast
+
+    def broadcast(self, obj: Any, root: int) -> Any:
         if self.rank == root:
             data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
             length = torch.tensor([data.numel()], dtype=torch.int64)
         else:
             length = torch.zeros(1, dtype=torch.int64)
-        self.group.broadcast([length], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast
+        self.broadcast_tensor(length, root)
         if self.rank != root:
             data = torch.empty(int(length.item()), dtype=torch.uint8)
-        self.group.broadcast([data], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast
+        self.broadcast_tensor(data, root)
         return obj if self.rank == root else pickle.loads(data.numpy().tobytes())
+
+    def close(self) -> None:
+        """Shut the group down now, while the interpreter is whole: a gloo group left to the exit's
+        teardown can abort the process ("terminate called without an active exception")."""
+        group, self.group = self.group, None
+        if group is not None:
+            group.shutdown()
 
 
 @dataclass
@@ -102,6 +115,18 @@ class RoleWorld:
 
     def remote_roles(self) -> list[str]:
         return [b.role for b in self.blocks[1:]]
+
+
+def leave(world: RoleWorld) -> None:
+    """End this rank's part in the job's groups once no collective is left (after the last barrier):
+    the links, Megatron's model-parallel groups, then the role's world."""
+    for link in world.links.values():
+        link.close()
+    from megatron.core import parallel_state
+
+    parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def wait_until_resolvable(host: str, timeout_s: float, poll_s: float = 0.5) -> None:

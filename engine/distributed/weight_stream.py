@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
-import torch.distributed as dist
 
 from .role_worlds import ObjectLink
 
@@ -78,7 +77,7 @@ def send_buckets(link: ObjectLink, buckets: list[WeightBucket], root: int = 0) -
     link.broadcast([b.header for b in buckets], root=root)
     sent = 0
     for bucket in buckets:
-        _broadcast(link, bucket.flat.contiguous(), root)
+        link.broadcast_tensor(bucket.flat.contiguous(), root)
         sent += bucket.flat.numel() * bucket.flat.element_size()
     return sent
 
@@ -89,7 +88,7 @@ def receive_buckets(link: ObjectLink, root: int = 0) -> Iterator[tuple[str, torc
     headers: list[BucketHeader] = link.broadcast(None, root=root)
     for header in headers:
         flat = torch.empty(header.numel, dtype=getattr(torch, header.dtype))
-        _broadcast(link, flat, root)
+        link.broadcast_tensor(flat, root)
         offset = 0
         for name, shape in zip(header.names, header.shapes):
             n = 1
@@ -97,9 +96,3 @@ def receive_buckets(link: ObjectLink, root: int = 0) -> Iterator[tuple[str, torc
                 n *= s
             yield name, flat[offset : offset + n].view(shape)
             offset += n
-
-
-def _broadcast(link: ObjectLink, tensor: torch.Tensor, root: int) -> None:
-    options = dist.BroadcastOptions()
-    options.rootRank = root
-    link.group.broadcast([tensor], options).wait()  # type: ignore[attr-defined]  # torch's stub omits ProcessGroupGloo.broadcast

@@ -157,7 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             completed = RoleWorker(config, world).serve(stop)
         import torch.distributed as dist
 
+        from ..distributed.role_worlds import leave
+
         dist.barrier()
+        leave(world)
         if not completed:
             log.info("rank %d (role %s) stopped at a step boundary on request; exit %d", env.rank, env.role, stop.exit_code())
             return stop.exit_code()
