@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 SERVER = """
 import json
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
@@ -36,10 +36,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
-HTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
+# Threads: the trainer's 16 trajectories call at once (a one-thread server's backlog of 5 drops connections).
+ThreadingHTTPServer(("0.0.0.0", 8080), Handler).serve_forever()
 """
 
 ENVIRONMENT = '''
+import sys
+
 from kuberl.engine.agents import Environment, Observation, register_environment
 
 
@@ -54,6 +57,9 @@ class CallTools(Environment):
         results = [self.setup.tools["add"].call({"a": self.turn, "b": 40}),
                    self.setup.tools["python"].call({"code": "print(%d * 2)" % self.turn})]
         messages = [{"role": "tool", "name": name, "content": r.text} for name, r in zip(("add", "python"), results)]
+        for name, r in zip(("add", "python"), results):
+            if r.error:  # in the trainer's log, for the test to show
+                print("tool error:", name, r.text[:300], file=sys.stderr, flush=True)
         return Observation(messages, tool_calls=2, tool_errors=sum(r.error for r in results),
                            tool_timeouts=sum(r.timed_out for r in results))
 
@@ -70,6 +76,13 @@ TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+
+def tool_errors(node, ns: str) -> list[str]:
+    """The errors the job's environment printed, from its trainer pods' logs."""
+    pods = json.loads(node.plane.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+    logs = "".join(node.plane.kubectl("logs", p["metadata"]["name"], "-n", ns, check=False).stdout for p in pods)
+    return [line for line in logs.splitlines() if "tool error:" in line]
 
 
 def test_an_http_tool_in_a_pod_is_called_by_a_trainer_pod(real_node, operator_release, built_images, volumes) -> None:
@@ -181,7 +194,7 @@ def test_an_http_tool_in_a_pod_is_called_by_a_trainer_pod(real_node, operator_re
     for r in steps:
         # 16 trajectories a step, each of its 2 turns answered by both tools, every call answered.
         assert r["multi_turn/tool_calls"] == 16 * 2 * 2, r
-        assert r["multi_turn/tool_errors"] == 0 and r["multi_turn/tool_timeouts"] == 0, r
+        assert r["multi_turn/tool_errors"] == 0 and r["multi_turn/tool_timeouts"] == 0, (r, tool_errors(node, ns))
         assert r["multi_turn/turns_mean"] == 2
     calls = [line for line in node.plane.kubectl("logs", "calc", "-n", ns).stdout.splitlines() if line.startswith("POST /add")]
     assert len(calls) == 2 * 16 * 2, calls[:5]
