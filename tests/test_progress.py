@@ -95,6 +95,20 @@ def test_the_operator_shows_how_stale_the_last_batch_was_and_refuses_a_wild_valu
     assert refused is not None and "staleness is outside" in refused and status.step == 4
 
 
+def test_the_operator_shows_the_idle_shares_of_trainers_and_fleet_and_refuses_a_share_above_one() -> None:
+    status = RLJobStatus()
+    record = {"step": 3, "trainer_idle_fraction": 0.25, "rollout_idle_fraction": 0.5}
+    apply_progress(status, progress_report(record, total_steps=30, last_checkpoint=None).to_json())
+    assert status.metrics is not None
+    assert (status.metrics.trainer_idle_fraction, status.metrics.rollout_idle_fraction) == (0.25, 0.5)
+    assert status.to_manifest()["metrics"]["trainerIdleFraction"] == 0.25
+    # A record's share that is no share is left out of the report, not sent.
+    wild = progress_report({"step": 4, "trainer_idle_fraction": 3.0}, total_steps=30, last_checkpoint=None)
+    assert wild.trainer_idle_fraction is None
+    refused = apply_progress(status, '{"step": 5, "rolloutIdleFraction": 1.5}')
+    assert refused is not None and status.step == 3
+
+
 def test_a_report_without_the_new_fields_still_parses() -> None:
     """A trainer image older than the operator writes no ETA or validation: the report still applies."""
     status = RLJobStatus()

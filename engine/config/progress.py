@@ -45,6 +45,10 @@ class ProgressReport(SpecModel):
     validation_step: int | None = Field(default=None, ge=0)
     staleness: int | None = Field(default=None, ge=0)
     """How many policy versions the last step's batch was behind (rollout.placement: separate; None colocated)."""
+    trainer_idle_fraction: float | None = Field(default=None, ge=0, le=1)
+    """The share of the last step the trainers waited for the rollout fleet (rollout.placement: separate)."""
+    rollout_idle_fraction: float | None = Field(default=None, ge=0, le=1)
+    """The share of the rollout replicas' time spent waiting for a command, from their previous batch to the last step's."""
 
     def to_json(self) -> str:
         return self.model_dump_json(by_alias=True, exclude_none=True)

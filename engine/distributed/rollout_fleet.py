@@ -15,11 +15,12 @@ import queue
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch.distributed as dist
 
+from ..rollout.fleet_load import ReplicaLoad
 from ..rollout.vllm_backend import Completion, Sampling
 from .role_link import RoleLink
 from .weight_stream import gather_buckets, send_buckets
@@ -40,7 +41,9 @@ class LinkThread:
         return future
 
     def shutdown(self) -> None:
+        """End the thread once the calls submitted before are done, and wait for it."""
         self.calls.put(None)
+        self.thread.join()
 
     def _work(self) -> None:
         while (item := self.calls.get()) is not None:
@@ -65,12 +68,23 @@ class GenerateRequest:
     """The version of the weights the role holds when it takes this request (stamped on every token)."""
 
 
+@dataclass(frozen=True)
+class GenerateReply:
+    """The rollout role's answer to a GenerateRequest."""
+
+    completions: list[Completion]
+    loads: list[ReplicaLoad]
+    """Every rollout replica's account of its time since its previous reply."""
+
+
 @dataclass
 class Ticket:
     """A batch on its way: on the controller, the future of its completions."""
 
     version: int
     future: Future | None
+    loads: list[ReplicaLoad] = field(default_factory=list)
+    """Once its completions came (controller): every rollout replica's account since its previous reply."""
 
 
 class RolloutFleet:
@@ -140,7 +154,10 @@ class RolloutFleet:
 
     def result(self, ticket: Ticket) -> list[Completion]:
         """The batch's completions, every token stamped with its version, on every actor rank."""
-        holder: list[Any] = [ticket.future.result() if ticket.future is not None else None]
+        reply: GenerateReply | None = ticket.future.result() if ticket.future is not None else None
+        if reply is not None:
+            ticket.loads = reply.loads
+        holder: list[Any] = [reply.completions if reply is not None else None]
         if self.world > 1:
             dist.broadcast_object_list(holder, src=0)
         completions: list[Completion] = holder[0]

@@ -20,6 +20,8 @@ class Generator:
         self.replica, self.replicas = rank // rollout_tp, world // rollout_tp
         self.prefix_cache_hit_ratio: float | None = None
         """Of the last generate's prompt tokens on this replica, the share vLLM took from its prefix cache."""
+        self.generated_tokens = 0
+        """The tokens this replica generated in the last generate."""
 
     def generate(self, prompts: list[list[int]], sampling: Sampling, seed: int) -> list[Completion]:
         mine = shard_rows(len(prompts), self.replica, self.replicas)
@@ -28,6 +30,7 @@ class Generator:
         torch.manual_seed(seed)
         before = self.rollout.prefix_cache_counters()
         completions = self.rollout.generate([prompts[i] for i in mine], sampling) if len(mine) else []
+        self.generated_tokens = sum(len(c.token_ids) for c in completions)
         queried, hits = (a - b for a, b in zip(self.rollout.prefix_cache_counters(), before))
         self.prefix_cache_hit_ratio = hits / queried if queried else None
         # Every rank of a tensor-parallel replica holds the same completions: its first rank reports them.

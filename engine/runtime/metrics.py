@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -66,6 +67,22 @@ GAUGES: dict[str, tuple[str, str]] = {
         "weight_sync_bytes",
     ),
     "kuberl_weight_sync_version": ("The newest policy version the rollout replicas hold", "weight_sync_version"),
+    "kuberl_trainer_idle_fraction": (
+        "Share of the last step the trainers waited for the rollout fleet's batch",
+        "trainer_idle_fraction",
+    ),
+    "kuberl_rollout_idle_fraction": (
+        "Share of the rollout replicas' time spent waiting for a command, from their previous batch to the last step's",
+        "rollout_idle_fraction",
+    ),
+    "kuberl_rollout_queue_depth": (
+        "Batches asked of the rollout fleet and not yet trained on, after the last step took its own",
+        "rollout_queue_depth",
+    ),
+    "kuberl_rollout_replica_tokens_per_second_min": (
+        "Generated tokens per second of generation of the slowest rollout replica in the last step's batch",
+        "rollout_replica_tokens_per_second_min",
+    ),
     # Multi-turn rollouts (rollout.multiTurn); absent from one-turn jobs' steps.
     "kuberl_tool_calls": ("Tool calls in the last step's multi-turn rollouts", "multi_turn/tool_calls"),
     "kuberl_tool_errors": (
@@ -87,6 +104,8 @@ GAUGES: dict[str, tuple[str, str]] = {
         "multi_turn/policy_token_share",
     ),
 }
+REPLICA_RATE = re.compile(r"rollout_replica/(\d+)/tokens_per_second")
+"""A step record's key of one rollout replica's tokens per second (fleet_load.fleet_load_metrics)."""
 PHASES = ("reshard", "rollout", "reward", "switch_back", "reference", "values", "advantages", "train", "checkpoint", "validation")
 
 
@@ -104,6 +123,13 @@ class RunMetrics:
         ).labels(**labels)
         phase = Gauge("kuberl_phase_seconds", "Seconds the last step spent in each phase", ["rljob", "phase"], registry=self.registry)
         self.phases = {p: phase.labels(rljob=job, phase=p) for p in PHASES}
+        self.replica_rate = Gauge(
+            "kuberl_rollout_replica_tokens_per_second",
+            "Generated tokens per second of generation of each rollout replica in the last step's batch",
+            ["rljob", "replica"],
+            registry=self.registry,
+        )
+        self.job = job
         self.jsonl = jsonl
         self.server = None
         if port is not None:
@@ -123,6 +149,9 @@ class RunMetrics:
         for p, seconds in record.get("phase_seconds", {}).items():
             if p in self.phases:
                 self.phases[p].set(seconds)
+        for key, value in record.items():
+            if (match := REPLICA_RATE.fullmatch(key)) and isinstance(value, (int, float)) and math.isfinite(value):
+                self.replica_rate.labels(rljob=self.job, replica=match.group(1)).set(value)
         if self.jsonl is not None:
             with self.jsonl.open("a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")

@@ -51,6 +51,10 @@ def progress_report(
         value = record.get(key)
         return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
+    def fraction(key: str) -> float | None:
+        value = finite(key)
+        return value if value is not None and 0 <= value <= 1 else None
+
     tokens = finite("rollout_tokens_per_second")
     staleness = finite("staleness")
     return ProgressReport(
@@ -64,6 +68,8 @@ def progress_report(
         validation_step=validation[0] if validation else None,
         validation_reward_mean=validation[1] if validation else None,
         staleness=int(staleness) if staleness is not None and staleness >= 0 else None,
+        trainer_idle_fraction=fraction("trainer_idle_fraction"),
+        rollout_idle_fraction=fraction("rollout_idle_fraction"),
     )
 
 

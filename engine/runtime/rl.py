@@ -42,6 +42,7 @@ from ..distributed.role_link import RoleLink
 from ..distributed.role_worlds import RoleWorld
 from ..distributed.rollout_fleet import RolloutFleet
 from ..models.loading import export_hf_folder, read_hf_state_dict
+from ..rollout.fleet_load import trainer_idle_fraction
 from ..steps import step_entry
 from ..steps.async_rollout import GenerationPipeline, InFlightRefused
 from ..steps.context import StepContext
@@ -274,6 +275,8 @@ class RLRun:
             self.reshard_total["seconds"] += exposed
             self.reshard_total["step_seconds"] += record["step_seconds"]
             record["reshard_share"] = exposed / max(record["step_seconds"], 1e-9)
+            if self.fleet is not None:  # what the trainers waited for the fleet's batches
+                record["trainer_idle_fraction"] = trainer_idle_fraction(timer.seconds.get("rollout", 0.0), record["step_seconds"])
             self._publish(record)
             if progress is not None and self.is_controller:
                 progress(record)

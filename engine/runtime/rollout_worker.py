@@ -20,9 +20,10 @@ import torch.distributed as dist
 
 from ..common.dtypes import vllm_dtype
 from ..config.topology import EngineConfig
+from ..rollout.fleet_load import ReplicaClock
 from ..distributed.role_link import RoleLink, serve_commands
 from ..distributed.role_worlds import RoleWorld
-from ..distributed.rollout_fleet import GenerateRequest
+from ..distributed.rollout_fleet import GenerateReply, GenerateRequest
 from ..distributed.weight_stream import receive_buckets
 from .builders import model_files
 from .stopping import StopRequest, agree
@@ -60,19 +61,27 @@ class RolloutWorker:
     def serve(self, stop: StopRequest | None = None) -> bool:
         self.stop = stop or StopRequest()
         self.stop.steps_begin()
+        self.clock = ReplicaClock(self.replica)
         return serve_commands(self.link, self)
 
     def _weights(self, payload: dict[str, Any]) -> dict[str, float]:
-        started = time.perf_counter()
-        received = self.rollout.update_weights(receive_buckets(self.link.link))
-        self.version = int(payload["version"])
-        return {"seconds": time.perf_counter() - started, "bytes": float(received)}
+        with self.clock.command():
+            started = time.perf_counter()
+            received = self.rollout.update_weights(receive_buckets(self.link.link))
+            self.version = int(payload["version"])
+            return {"seconds": time.perf_counter() - started, "bytes": float(received)}
 
-    def _generate(self, request: GenerateRequest) -> list:
-        if request.version != self.version:
-            raise RuntimeError(f"asked to generate with version {request.version}, but this engine holds version {self.version}")
-        completions = self.generator.generate(request.prompts, request.sampling, request.seed + self.replica)
-        return [replace(c, versions=(self.version,) * len(c.token_ids)) for c in completions]
+    def _generate(self, request: GenerateRequest) -> GenerateReply:
+        with self.clock.command():
+            if request.version != self.version:
+                raise RuntimeError(f"asked to generate with version {request.version}, but this engine holds version {self.version}")
+            started = time.perf_counter()
+            completions = self.generator.generate(request.prompts, request.sampling, request.seed + self.replica)
+            self.clock.generated(self.generator.generated_tokens, time.perf_counter() - started)
+            loads: list[Any] = [None] * self.replicas
+            dist.all_gather_object(loads, self.clock.take())
+            return GenerateReply([replace(c, versions=(self.version,) * len(c.token_ids)) for c in completions], loads)
 
     def _stopping(self, payload: None) -> bool:
-        return agree(self.stop.requested)
+        with self.clock.command():
+            return agree(self.stop.requested)

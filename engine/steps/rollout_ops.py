@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..common.overlap import Background
 from ..data import Example
+from ..rollout.fleet_load import fleet_load_metrics
 from ..rollout.staleness import may_consume, staleness_metrics
 from ..rollout.vllm_backend import Sampling
 from .async_rollout import sampling_seed
@@ -101,6 +102,9 @@ class RolloutOps:
         self.record.add(rollout_version=float(oldest))
         if issued is not None:  # a training batch reports the weights sent since the last one (validation's too)
             self.record.add(run.fleet.sync_metrics())
+            # The fleet's load: its replicas' accounts that came with this batch, and the batches still on their way.
+            self.record.add(fleet_load_metrics(issued.ticket.loads if issued.ticket is not None else []))
+            self.record.add(rollout_queue_depth=float(len(run.pipeline.issued)))
         rollout = Rollout(list(examples), prompts, completions)
         self._rollout_tokens += rollout.tokens
         return rollout

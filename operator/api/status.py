@@ -55,6 +55,10 @@ class MetricsSnapshot(SpecModel):
     """Generated tokens per second of the last step's rollout."""
     staleness: int | None = Field(default=None, ge=0)
     """How many policy versions the last step's batch was behind the policy it trained (rollout.placement: separate)."""
+    trainer_idle_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The share of the last step the trainers waited for the rollout fleet's batch (rollout.placement: separate)."""
+    rollout_idle_fraction: float | None = Field(default=None, ge=0.0, le=1.0)
+    """The share of the rollout replicas' time spent waiting for a command, from their previous batch to the last step's."""
 
 
 class InitializationStatus(SpecModel):

@@ -19,7 +19,7 @@ from .output import OUTPUTS, WIDE_HEADER, as_list, dump, wide_columns, wide_line
 
 if TYPE_CHECKING:  # kuberl.client loads only when a job command runs: the operator itself never imports it
     from kuberl.client import RLJobClient
-    from kuberl.operator.api import RLJob
+    from kuberl.operator.api import MetricsSnapshot, RLJob
 
 JOB_COMMANDS = ("submit", "list", "status", "logs", "wait", "suspend", "resume", "delete", "version")
 
@@ -62,6 +62,12 @@ def steps(job: RLJob) -> str:
 
 def number(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def idle(metrics: MetricsSnapshot) -> str:
+    """The trainers' and the rollout fleet's idle shares of the last step, where reported (separate placement)."""
+    shares = (("trainers", metrics.trainer_idle_fraction), ("rollout fleet", metrics.rollout_idle_fraction))
+    return ", ".join(f"{who} {100 * share:.0f}%" for who, share in shares if share is not None)
 
 
 def eta(job: RLJob) -> str:
@@ -130,6 +136,7 @@ def status_text(job: RLJob, wide: bool = False) -> str:
         ("ETA", eta(job) + (" (fewer than 3 steps timed since the pods started)" if eta(job) == "unknown" and s.step is not None else "")),
         ("Reward", number(s.metrics.reward_mean if s.metrics else None)),
         *([("Staleness", f"{s.metrics.staleness} version(s) behind")] if s.metrics and s.metrics.staleness is not None else []),
+        *([("Idle", idle(s.metrics))] if s.metrics and idle(s.metrics) else []),
         ("Validation", validation),
         ("Restarts", str(s.restarts)),
         ("Preemptions", str(s.preemptions)),

@@ -126,6 +126,12 @@ def test_max_staleness_generates_ahead_within_the_bound_and_corrects_with_behavi
         # the mismatch is the update's, and the truncated importance weights correct for it.
         assert r["rollout/mismatch_kl"] > 0 and math.isfinite(r["tis_weight_mean"])
     assert steps[0]["rollout/mismatch_kl"] < min(r["rollout/mismatch_kl"] for r in steps[1:])
+    # The load: batches on their way after each step took its own, the idle shares, each replica's rate.
+    assert [r["rollout_queue_depth"] for r in steps] == [min(bound, STEPS - 1 - step) for step in range(STEPS)]
+    for r in steps:
+        assert 0 <= r["trainer_idle_fraction"] < 1 and 0 <= r["rollout_idle_fraction"] < 1, r
+        rates = [r[f"rollout_replica/{replica}/tokens_per_second"] for replica in (0, 1)]
+        assert min(rates) > 0 and r["rollout_replica_tokens_per_second_min"] == min(rates)
     # The ranks that train never generated: the actor's log says nothing of vLLM's engine.
     assert "role rollout ready" in (run / "logs" / "rank-2.log").read_text()
 

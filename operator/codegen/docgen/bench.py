@@ -61,6 +61,27 @@ def _main_job(d: dict) -> tuple[str, list[str]]:
     )
 
 
+def _async(d: dict) -> tuple[str, list[str]]:
+    c, s = d["colocated"], d["separate"]
+    accuracy = ", ".join(
+        f"step {step}: {_pct(c['validation_greedy_accuracy'][step])} and {_pct(s['validation_greedy_accuracy'][step])}"
+        for step in d["accuracy_points_separate_minus_colocated"]
+    )
+    return (
+        f"{PY} bench/async/run.py --steps {d['steps']} --staleness {s['max_staleness']}",
+        [
+            f"`{d['job']}`, {d['steps']} steps, colocated (1 rank x {c['threads_per_rank']} threads) against separate placement "
+            f"with maxStaleness {s['max_staleness']} (2 ranks x {s['threads_per_rank']} thread)",
+            f"wall time {c['wall_seconds'] / 60:.1f} min against {s['wall_seconds'] / 60:.1f} min; completions/s "
+            f"{c['completions_per_second']} against {s['completions_per_second']} "
+            f"(**{d['completions_per_second_ratio_separate_over_colocated']}x**)",
+            f"greedy held-out accuracy, colocated and separate: {accuracy}",
+            f"separate: trainers idle {_pct(s['trainer_idle_fraction_mean'])} of step time, rollout rank idle "
+            f"{_pct(s['rollout_idle_fraction_mean'])}; colocated: generation {_pct(c['rollout_share_of_step_time'])} of step time",
+        ],
+    )
+
+
 def _ci(d: dict) -> tuple[str, list[str]]:
     figures = [
         f"{kind}: `.ci/run` on a fresh clone, {r['wall_seconds'] / 60:.0f} min (budget {r['budget_seconds'] // 60}), "
@@ -279,6 +300,7 @@ def _images(d: dict) -> tuple[str, list[str]]:
 
 
 READERS: dict[str, Callable[[dict], tuple[str, list[str]]]] = {
+    "async": _async,
     "sandbox": _sandbox,
     "images": _images,
     "agent_calculator": _agent_calculator,

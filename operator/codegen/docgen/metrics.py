@@ -30,7 +30,9 @@ def _families(registry) -> list[tuple[str, str, list[str], str]]:
 def _engine() -> list[tuple[str, str, list[str], str]]:
     from kuberl.engine.runtime.metrics import RunMetrics
 
-    return _families(RunMetrics("job", port=None, jsonl=None).registry)
+    metrics = RunMetrics("job", port=None, jsonl=None)
+    metrics.record({"rollout_replica/0/tokens_per_second": 1.0})  # a labelled family shows its labels once it has a child
+    return _families(metrics.registry)
 
 
 def _operator() -> list[tuple[str, str, list[str], str]]:

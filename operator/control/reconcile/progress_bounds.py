@@ -70,6 +70,8 @@ def bounded_report(raw: str) -> ProgressReport:
     for name in ("reward_mean", "kl", "validation_reward_mean"):
         _within(name, getattr(report, name), -MAX_ABS_METRIC, MAX_ABS_METRIC)
     _within("tokens_per_second", report.tokens_per_second, 0, MAX_TOKENS_PER_SECOND)
+    for name in ("trainer_idle_fraction", "rollout_idle_fraction"):
+        _within(name, getattr(report, name), 0, 1)
     _within("eta_seconds", report.eta_seconds, 0, MAX_ETA_SECONDS)
     checkpoint = report.last_checkpoint
     if checkpoint is not None:

@@ -290,7 +290,12 @@ def apply_progress(status: RLJobStatus, raw: str | None) -> str | None:
     # A fresh report after a restart has no ETA yet: unknown, not the old one.
     status.eta_seconds = None if report.eta_seconds is None else round(report.eta_seconds)
     status.metrics = MetricsSnapshot(
-        reward_mean=report.reward_mean, kl=report.kl, tokens_per_second=report.tokens_per_second, staleness=report.staleness
+        reward_mean=report.reward_mean,
+        kl=report.kl,
+        tokens_per_second=report.tokens_per_second,
+        staleness=report.staleness,
+        trainer_idle_fraction=report.trainer_idle_fraction,
+        rollout_idle_fraction=report.rollout_idle_fraction,
     )
     if report.last_checkpoint is not None:
         status.last_checkpoint = report.last_checkpoint
