@@ -87,9 +87,21 @@ class Ticket:
     """Once its completions came (controller): every rollout replica's account since its previous reply."""
 
 
+@dataclass(frozen=True)
+class AdapterSource:
+    """With trainer.lora: what goes to the rollout role instead of the whole model."""
+
+    gather: Callable[[], dict[str, Any]]
+    """The actor's adapter by PEFT name (a collective over the actor's model-parallel group)."""
+    config: dict[str, Any]
+    """Its PEFT adapter_config."""
+
+
 class RolloutFleet:
-    def __init__(self, link: RoleLink | None, resharder: Any, actor: Any, is_controller: bool, world: int):
-        self.link, self.resharder, self.actor = link, resharder, actor
+    def __init__(
+        self, link: RoleLink | None, resharder: Any, actor: Any, is_controller: bool, world: int, adapter: AdapterSource | None = None
+    ):
+        self.link, self.resharder, self.actor, self.adapter = link, resharder, actor, adapter
         self.is_controller, self.world = is_controller, world
         self.thread = LinkThread("rollout-link") if is_controller else None
         self.version = -1
@@ -109,6 +121,13 @@ class RolloutFleet:
         if version == self.version:
             return
         started = time.perf_counter()
+        if self.adapter is not None:  # LoRA: the adapter alone, the base stays as the role loaded it
+            tensors = self.adapter.gather()
+            gathered = time.perf_counter() - started
+            self.version = version
+            if self.thread is not None:
+                self._syncs.append(self.thread.submit(self._send_adapter, version, tensors, gathered))
+            return
         buckets = gather_buckets(self.resharder, self.actor.megatron_state(), keep=self.is_controller)
         gathered = time.perf_counter() - started
         self.version = version
@@ -125,6 +144,18 @@ class RolloutFleet:
             "weight_sync_seconds": gathered + time.perf_counter() - started,
             "weight_sync_bytes": float(sent),
             "weight_sync_buckets": float(len(buckets)),
+            "weight_sync_version": float(version),
+            "weight_sync_load_seconds": float(loaded["seconds"]),
+        }
+
+    def _send_adapter(self, version: int, tensors: dict[str, Any], gathered: float) -> dict[str, float]:
+        started = time.perf_counter()
+        assert self.link is not None and self.adapter is not None
+        loaded = self.link.call("adapter", {"version": version, "tensors": tensors, "config": self.adapter.config})
+        return {
+            "weight_sync_seconds": gathered + time.perf_counter() - started,
+            "weight_sync_bytes": float(loaded["bytes"]),
+            "weight_sync_buckets": 1.0,
             "weight_sync_version": float(version),
             "weight_sync_load_seconds": float(loaded["seconds"]),
         }

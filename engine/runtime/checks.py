@@ -36,7 +36,6 @@ def check_placement(config: EngineConfig) -> None:
     if algorithm.async_ is not None and algorithm.async_.partial_rollout:
         raise ConfigError("algorithm.async.partialRollout: not supported yet; set it to false")
     refused = {
-        "trainer.lora": config.trainer.lora is not None,
         "rollout.multiTurn": rollout.multi_turn is not None,
         "rollout.backend": rollout.backend != "vllm",
     }

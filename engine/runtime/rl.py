@@ -40,7 +40,8 @@ from ..data import PromptEncoder, PromptLoader, load_examples
 from ..distributed.role_access import RoleAccess
 from ..distributed.role_link import RoleLink
 from ..distributed.role_worlds import RoleWorld
-from ..distributed.rollout_fleet import RolloutFleet
+from ..distributed.rollout_fleet import AdapterSource, RolloutFleet
+from ..models.lora_layout import adapter_config
 from ..models.loading import export_hf_folder, read_hf_state_dict
 from ..rollout.fleet_load import trainer_idle_fraction
 from ..steps import step_entry
@@ -124,7 +125,7 @@ class RLRun:
         self.pipeline: GenerationPipeline | None = None
         if self.separate:  # roles.rollout generates; the whole model goes to it after every update
             self.resharder = build_resharder(files, self.actor.place, 1)
-            self.fleet = RolloutFleet(rollout_link, self.resharder, self.actor, self.is_controller, self.world)
+            self.fleet = RolloutFleet(rollout_link, self.resharder, self.actor, self.is_controller, self.world, self._adapter_source())
             fleet = config.roles["rollout"]
             self.fleet_ranks = range(fleet.rank_offset, fleet.rank_offset + fleet.ranks)
             self.pipeline = GenerationPipeline(self.fleet, max_staleness(config), self.total_steps)
@@ -303,6 +304,14 @@ class RLRun:
         if self.fleet is not None:
             self.fleet.stop(completed=True)
         return last
+
+    def _adapter_source(self) -> AdapterSource | None:
+        """With trainer.lora, what the fleet sends the rollout role instead of the whole model."""
+        if self.lora is None:
+            return None
+        gather, adapters = lora_run.adapter_gather(self.arch, self.lora, self.actor.place), self.actor.adapters
+        assert adapters is not None
+        return AdapterSource(lambda: gather.gather(adapters.state()), adapter_config(self.lora, str(self.folder)))
 
     def _stop_agreed(self, stop: StopRequest) -> bool:
         """Whether any rank of the job, roles on ranks of their own included, was asked to stop."""

@@ -2,6 +2,7 @@
 
 Commands over the role's link (distributed/rollout_fleet.py sends them, in order): "weights" (a new
 policy version arrives bucket by bucket, distributed/weight_stream.py, and is loaded in place),
+"adapter" (with trainer.lora, the version's adapter instead, on the base the engine loaded at the start),
 "generate" (the rank's share of a batch's prompts, seeded as the actor's own replicas would be; the
 role's first rank replies with every completion, each token stamped with the version this role
 held), "stopping", "stop". The ranks keep nothing to resume: the controller writes their (empty)
@@ -51,6 +52,7 @@ class RolloutWorker:
             kv_cache_bytes=spec.kv_cache_bytes,
             gpu_memory_utilization=spec.gpu_memory_utilization,
             skip_tokenizer_init=True,
+            lora_rank=config.trainer.lora.rank if config.trainer.lora is not None else None,
         )
         self.generator = Generator(self.rollout, self.replica, self.replicas, 1)
         self.version = -1
@@ -68,6 +70,14 @@ class RolloutWorker:
         with self.clock.command():
             started = time.perf_counter()
             received = self.rollout.update_weights(receive_buckets(self.link.link))
+            self.version = int(payload["version"])
+            return {"seconds": time.perf_counter() - started, "bytes": float(received)}
+
+    def _adapter(self, payload: dict[str, Any]) -> dict[str, float]:
+        """trainer.lora: sample with this adapter (PEFT names and config) on the base loaded at the start."""
+        with self.clock.command():
+            started = time.perf_counter()
+            received = self.rollout.update_adapter(payload["tensors"], payload["config"])
             self.version = int(payload["version"])
             return {"seconds": time.perf_counter() - started, "bytes": float(received)}
 

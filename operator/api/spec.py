@@ -142,13 +142,6 @@ SEPARATE_RULES = (
         field="algorithm.async",
     ),
     Rule(
-        message="rollout.placement: separate does not support trainer.lora yet (the fleet receives whole weights); "
-        "use placement: colocated",
-        check=lambda s: not _separate(s) or s.trainer.lora is None,
-        cel=f"!{_SEPARATE_CEL} || !has(self.trainer.lora)",
-        field="rollout.placement",
-    ),
-    Rule(
         message="rollout.placement: separate does not support rollout.multiTurn yet; use placement: colocated",
         check=lambda s: not _separate(s) or s.rollout.multi_turn is None,
         cel=f"!{_SEPARATE_CEL} || !has(self.rollout.multiTurn)",

@@ -101,6 +101,28 @@ def test_separate_placement_with_max_staleness_0_is_the_colocated_run_bitwise(ma
     assert sorted(p.name for p in (separate / "ckpt" / f"step-{STEPS:08d}").glob("rank-*.pt")) == [f"rank-{r:05d}.pt" for r in range(4)]
 
 
+def test_lora_on_separate_placement_streams_the_adapter_alone_and_is_the_colocated_run_bitwise(make_job, kuberl_cli: str) -> None:
+    lora = {"rank": 4, "alpha": 8}
+    common = dict(steps=3, data=DATA, optimizer={"lr": 1e-2}, lora=lora)
+    colocated_job, colocated = make_job("colocated", algorithm={"name": "grpo"}, **common)
+    separate_job, separate = make_job(
+        "separate", algorithm={"name": "grpo", "async": {"maxStaleness": 0}}, rollout={"placement": "separate"}, roles=SEPARATE, **common
+    )
+    for job, run in ((colocated_job, colocated), (separate_job, separate)):
+        run_one_thread(kuberl_cli, job, run)
+    a, b = [r for r in records(colocated) if "reward_mean" in r], [r for r in records(separate) if "reward_mean" in r]
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [1, 2, 3]
+    for left, right in zip(a, b):
+        for key in ("reward_mean", "response_length_mean", "policy_loss", "grad_norm", "rollout/mismatch_kl"):
+            assert left[key] == right[key], (left["step"], key, left[key], right[key])
+        # Each version sent the adapter the colocated switch hands its own vLLM, not the model.
+        assert right["weight_sync_bytes"] == left["adapter_bytes"] > 0
+        assert right["weight_sync_model_bytes"] >= 100 * right["weight_sync_bytes"]
+    assert a[-1]["reward_mean"] != a[0]["reward_mean"] or a[-1]["policy_loss"] != a[0]["policy_loss"]  # it trained
+    for name in ("adapter_model.safetensors", "adapter_config.json"):
+        assert (colocated / "final" / name).read_bytes() == (separate / "final" / name).read_bytes()
+
+
 @pytest.mark.parametrize("bound", [1, 2])
 def test_max_staleness_generates_ahead_within_the_bound_and_corrects_with_behaviour_logprobs(make_job, kuberl_cli: str, bound: int) -> None:
     job, run = make_job(
