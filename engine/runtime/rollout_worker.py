@@ -21,11 +21,11 @@ import torch.distributed as dist
 
 from ..common.dtypes import vllm_dtype
 from ..config.topology import EngineConfig
-from ..rollout.fleet_load import ReplicaClock
 from ..distributed.role_link import RoleLink, serve_commands
 from ..distributed.role_worlds import RoleWorld
 from ..distributed.rollout_fleet import GenerateReply, GenerateRequest
 from ..distributed.weight_stream import receive_buckets
+from ..rollout.fleet_load import ReplicaClock
 from .builders import model_files
 from .stopping import StopRequest, agree
 
