@@ -453,9 +453,15 @@ def test_the_policy_holds_the_tool_sandbox_pods_runtime_class_to_the_same_allow_
     assert all(static_verdicts(doc, AdmissionPolicy(allowed_runtime_classes=("gvisor", "kata"))))
 
 
-def test_a_rollout_role_of_its_own_is_checked_without_error() -> None:
-    # roles.rollout (placement: separate) has none of a pod group's runtimeClassName, annotations or tolerations.
+def test_a_rollout_role_of_its_own_is_checked_and_its_own_tolerations_too() -> None:
+    # roles.rollout (placement: separate) sets its pods' placement only; the rest of its pods is the actor's.
     doc = base()
     doc["spec"]["rollout"]["placement"] = "separate"
-    doc["spec"]["roles"]["rollout"] = {"replicas": 1}
+    doc["spec"]["roles"]["rollout"] = {"replicas": 1, "nodeSelector": {"pool": "inference"}}
     assert problems(doc) == []
+    doc["spec"]["roles"]["rollout"]["tolerations"] = [{"key": "node-role.kubernetes.io/master", "operator": "Exists"}]
+    [found] = problems(doc)
+    assert (
+        found.startswith("spec.roles.rollout.tolerations[0]: tolerates the control-plane taint") and "allowControlPlaneTolerations" in found
+    )
+    assert problems(doc, AdmissionPolicy(allow_control_plane_tolerations=True)) == []

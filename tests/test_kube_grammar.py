@@ -114,9 +114,10 @@ def test_generated_kube_types_match_the_kubernetes_client(repo: Path) -> None:
 
 
 def test_crd_fits_what_kubectl_apply_can_store() -> None:
-    # Client-side `kubectl apply` keeps the whole object in an annotation of at most 256 KiB.
+    # Client-side `kubectl apply` keeps the whole object in an annotation, and an object's annotations hold at
+    # most 256 KiB: 16 KiB of that is left for the other annotations and for the next fields.
     crd = yaml.safe_load(crd_yaml())
-    assert len(json.dumps(crd, separators=(",", ":"))) < 200 * 1024
+    assert len(json.dumps(crd, separators=(",", ":"))) < 240 * 1024
 
 
 def _float_fields(model: Any, seen: set) -> list[tuple[str, Any]]:

@@ -212,6 +212,24 @@ def test_separate_placement_gives_the_rollout_role_pods_of_its_own_after_the_act
     assert '"rollout"' in configmap["data"]["engine-config.json"]
 
 
+def test_the_rollout_role_places_its_pods_on_a_pool_of_its_own_and_keeps_the_rest_of_the_actors() -> None:
+    inference = {"key": "pool", "operator": "Equal", "value": "inference", "effect": "NoSchedule"}
+    job = separate_job(
+        nodeSelector={"pool": "inference"},
+        tolerations=[inference],
+        resources={"requests": {"cpu": "8", "memory": "32Gi"}},
+    )
+    desired = plan(job, uid="u", settings=SETTINGS)
+    pod, actor_pod = pod_of(desired, "rollout"), pod_of(desired, "actor")
+    assert pod["nodeSelector"] == {"pool": "inference"} and "nodeSelector" not in actor_pod
+    assert pod["tolerations"] == [inference] and actor_pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"nvidia.com/gpu": "1"}}
+    assert actor_pod["containers"][0]["resources"] == {"requests": {"cpu": "2", "memory": "4Gi"}}
+    # What it does not set stays the actor's: the volumes the engine reads the model from.
+    assert pod["containers"][0]["volumeMounts"] == actor_pod["containers"][0]["volumeMounts"]
+    assert job.spec.roles.actor.node_selector is None  # the job's own spec is left as it was
+
+
 def test_separate_placement_rollout_pods_are_trainer_peers_and_queued_with_the_gang() -> None:
     job = separate_job(replicas=3, gpusPerReplica=2, layout={"dp": 6})
     job.spec.run_policy.scheduling.queue_name = "team-a"

@@ -104,19 +104,28 @@ _PLACEMENT_FIELDS = {
 }
 
 
-class PodGroupSpec(PodTemplate):
-    """Where and on what a role's own pods run, and what they add to kuberl's pod."""
+class PodPlacement(SpecModel):
+    """Which nodes a role's pods run on and what each requests."""
 
-    replicas: int | None = Field(default=None, ge=1, le=4096)
-    """Pods of this role (default 1)."""
-    gpus_per_replica: int | None = Field(default=None, ge=0, le=16)
-    """GPUs per pod (default 0: CPU). A pod runs one rank per GPU, or one rank without GPUs."""
     resources: ResourceRequirements | None = None
     node_selector: label_map(64) | None = None  # type: ignore[valid-type]
     """Labels of the node pool this role's pods must land on."""
     tolerations: list[Toleration] | None = Field(default=None, max_length=64)
     """Taints of the node pool that this role's pods tolerate; the control plane's (node-role.kubernetes.io/control-plane,
     /master, or every taint with an empty key) only where the chart allows it (admission.allowControlPlaneTolerations)."""
+
+
+PLACEMENT_FIELDS = tuple(PodPlacement.model_fields)
+"""The fields of PodPlacement: what roles.rollout may set for its own pods, the rest being the actor's."""
+
+
+class PodGroupSpec(PodTemplate, PodPlacement):
+    """Where and on what a role's own pods run, and what they add to kuberl's pod."""
+
+    replicas: int | None = Field(default=None, ge=1, le=4096)
+    """Pods of this role (default 1)."""
+    gpus_per_replica: int | None = Field(default=None, ge=0, le=16)
+    """GPUs per pod (default 0: CPU). A pod runs one rank per GPU, or one rank without GPUs."""
     affinity: Affinity | None = None
     """A Kubernetes Affinity, as in a PodSpec (node affinity, pod affinity and anti-affinity)."""
 
@@ -165,8 +174,10 @@ class RoleSpec(PodGroupSpec):
     )
 
 
-class RolloutRoleSpec(SpecModel):
-    """The generation fleet of rollout.placement: separate: ranks of their own, each a vLLM engine."""
+class RolloutRoleSpec(PodPlacement):
+    """The generation fleet of rollout.placement: separate: ranks of their own, each a vLLM engine. Its pods
+    are the actor's (volumes, environment, metadata, runtime class, affinity), placed and sized by its own
+    resources, nodeSelector and tolerations where it sets them (e.g. a node pool of inference GPUs)."""
 
     replicas: int | None = Field(default=None, ge=1, le=4096)
     """Pods of this role (default 1)."""
@@ -203,8 +214,9 @@ class Roles(SpecModel):
     reward: RoleSpec | None = None
     """A reward model (reward.model)."""
     rollout: RolloutRoleSpec | None = None
-    """The generation fleet of rollout.placement: separate. Its pods are the actor's (resources, node selection,
-    tolerations, volumes) with their own replicas and gpusPerReplica."""
+    """The generation fleet of rollout.placement: separate. Its pods are the actor's (volumes, environment,
+    metadata, affinity) with their own replicas and gpusPerReplica, and their own resources, nodeSelector and
+    tolerations where set (else the actor's)."""
 
     RULES = (
         *(
@@ -238,10 +250,13 @@ class Roles(SpecModel):
 
     def pod_template(self, name: RoleName) -> PodGroupSpec:
         """What a role's own pods are made from: its spec; for roles.rollout, the actor's pod settings with the
-        rollout role's replicas and gpusPerReplica (a rollout pod runs where and as the actor's do)."""
+        rollout role's replicas and gpusPerReplica, and each placement field it sets (the actor's where it does not)."""
         role = getattr(self, name)
         if isinstance(role, RolloutRoleSpec):
-            return self.actor.model_copy(update={"replicas": role.replicas, "gpus_per_replica": role.gpus_per_replica, "layout": None})
+            own = {f: getattr(role, f) for f in PLACEMENT_FIELDS if getattr(role, f) is not None}
+            return self.actor.model_copy(
+                update={"replicas": role.replicas, "gpus_per_replica": role.gpus_per_replica, "layout": None, **own}
+            )
         return role
 
     def ranks(self, name: RoleName) -> int:

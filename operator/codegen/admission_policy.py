@@ -35,7 +35,9 @@ from ..api import GROUP, PLURAL
 
 
 _ROLES = ("actor", "critic", "ref", "reward")
+"""The roles whose pods carry all of PodGroupSpec; roles.rollout has its placement fields only (_ROLLOUT)."""
 _SPEC = "object.spec"
+_ROLLOUT = f"{_SPEC}.roles.rollout"
 _IN_NAMESPACE = "authorizer.group('').resource('{resource}').namespace(request.namespace)"
 # Variables the chart's template defines from its values (helm/kuberl/templates/admission-policy.yaml).
 CHART_VARIABLES = (
@@ -181,8 +183,9 @@ def policy() -> dict[str, Any]:
             "reason": "Forbidden",
         },
         {
-            "expression": "variables.allowControlPlaneTolerations || variables.roles.all(r, !has(r.pods.tolerations) || "
-            f"!r.pods.tolerations.exists(t, {_CONTROL_PLANE_CEL}))",
+            "expression": "variables.allowControlPlaneTolerations || (variables.roles.all(r, !has(r.pods.tolerations) || "
+            f"!r.pods.tolerations.exists(t, {_CONTROL_PLANE_CEL})) && (!has({_ROLLOUT}) || !has({_ROLLOUT}.tolerations) || "
+            f"!{_ROLLOUT}.tolerations.exists(t, {_CONTROL_PLANE_CEL})))",
             "message": f"spec.roles.*.tolerations: tolerating the control plane's taints ({', '.join(CONTROL_PLANE_TAINTS)}, or every taint "
             f"with an empty key) is refused; the cluster admin may allow it with the chart value {VALUE_CONTROL_PLANE}",
             "reason": "Forbidden",

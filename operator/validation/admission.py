@@ -130,31 +130,30 @@ def admission_problems(job: RLJob, source: str, policy: AdmissionPolicy = Admiss
                 )
             )
     for role, pods in spec.roles.present().items():
-        if not isinstance(pods, PodGroupSpec):
-            continue  # roles.rollout (RolloutRoleSpec) sets none of what is checked here
         where = f"spec.roles.{role}"
-        if pods.runtime_class_name is not None and pods.runtime_class_name not in policy.allowed_runtime_classes:
-            allowed = ", ".join(policy.allowed_runtime_classes) or "none"
-            problems.append(
-                Problem(
-                    source,
-                    f"{where}.runtimeClassName",
-                    f"RuntimeClass {pods.runtime_class_name} is not allowed "
-                    f"(allowed: {allowed}): leave it out, or ask the cluster admin to add it to the chart value "
-                    f"{VALUE_RUNTIME_CLASSES}",
-                )
-            )
-        for key, value in (pods.annotations or {}).items():
-            if unconfining(key, value):
+        if isinstance(pods, PodGroupSpec):  # roles.rollout (RolloutRoleSpec) has the actor's runtime class and metadata
+            if pods.runtime_class_name is not None and pods.runtime_class_name not in policy.allowed_runtime_classes:
+                allowed = ", ".join(policy.allowed_runtime_classes) or "none"
                 problems.append(
                     Problem(
                         source,
-                        f"{where}.annotations[{key}]",
-                        "an unconfined AppArmor or seccomp profile is refused: "
-                        "kuberl's pods always run under the runtime's default profiles; remove the annotation",
+                        f"{where}.runtimeClassName",
+                        f"RuntimeClass {pods.runtime_class_name} is not allowed "
+                        f"(allowed: {allowed}): leave it out, or ask the cluster admin to add it to the chart value "
+                        f"{VALUE_RUNTIME_CLASSES}",
                     )
                 )
-        for i, toleration in enumerate(pods.tolerations or []):
+            for key, value in (pods.annotations or {}).items():
+                if unconfining(key, value):
+                    problems.append(
+                        Problem(
+                            source,
+                            f"{where}.annotations[{key}]",
+                            "an unconfined AppArmor or seccomp profile is refused: "
+                            "kuberl's pods always run under the runtime's default profiles; remove the annotation",
+                        )
+                    )
+        for i, toleration in enumerate(pods.tolerations or []):  # roles.rollout's own placement too
             if not policy.allow_control_plane_tolerations and _tolerates_control_plane(toleration):
                 what = f"the control-plane taint {toleration.key}" if toleration.key else "every taint (an empty key with operator Exists)"
                 problems.append(

@@ -226,18 +226,23 @@ def test_a_host_path_volume_is_refused_by_default_and_accepted_when_the_chart_al
         )
 
 
-@pytest.mark.parametrize("change", ["runtime-class", "apparmor", "control-plane"])
+@pytest.mark.parametrize("change", ["runtime-class", "apparmor", "control-plane", "rollout-control-plane"])
 def test_privileged_settings_are_refused_by_the_policy(control_plane, tenants, change: str) -> None:
     job = small_job(f"privileged-{change}")
     actor = job["spec"]["roles"]["actor"]
+    if change == "rollout-control-plane":  # the fleet's own placement (rollout.placement: separate) is held to the same
+        job["spec"].setdefault("rollout", {})["placement"] = "separate"
+        job["spec"]["roles"]["rollout"] = {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]}
     if change == "runtime-class":
         actor["runtimeClassName"] = "runc-unsandboxed"
         expected = "runtimeClassName: not an allowed RuntimeClass (allowed: none)"
     elif change == "apparmor":
         actor["annotations"] = {"container.apparmor.security.beta.kubernetes.io/trainer": "unconfined"}
         expected = "an unconfined AppArmor or seccomp profile is refused"
-    else:
+    elif change == "control-plane":
         actor["tolerations"] = [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]
+        expected = "admission.allowControlPlaneTolerations"
+    else:
         expected = "admission.allowControlPlaneTolerations"
     said = refusal(client.CustomObjectsApi(control_plane.api_client()), tenants, job)
     assert said is not None and expected in said, said
