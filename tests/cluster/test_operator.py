@@ -342,8 +342,13 @@ def test_a_rank_that_says_a_restart_cannot_help_fails_the_job_at_once(control_pl
     assert failed["message"] == (
         f"pod {second.metadata.name} (role actor, rank 1): {said.message}; not retried: a restart would fail the same way"
     )
-    events = client.CoreV1Api(plane.api_client()).list_namespaced_event(ns, field_selector="involvedObject.name=doomed").items
-    assert any(e.reason == "ModelNotFound" and e.type == "Warning" for e in events)
+
+    def warned() -> bool:
+        events = client.CoreV1Api(plane.api_client()).list_namespaced_event(ns, field_selector="involvedObject.name=doomed").items
+        return any(e.reason == "ModelNotFound" and e.type == "Warning" for e in events)
+
+    # The operator posts its events in the background: the Warning may come a moment after the status.
+    eventually(warned, 30, "a ModelNotFound Warning event on the RLJob")
 
 
 def test_suspend_removes_pods_and_resume_brings_them_back(control_plane, operator) -> None:

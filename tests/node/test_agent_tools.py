@@ -21,13 +21,19 @@ pytestmark = pytest.mark.slow
 
 SERVER = """
 import json
+import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOG = threading.Lock()  # one whole line per call: the calls' threads would interleave print's pieces
 
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         reply = json.dumps({"sum": body["a"] + body["b"]}).encode()
-        print("POST", self.path, json.dumps(body), flush=True)
+        with LOG:
+            sys.stdout.write("POST " + self.path + " " + json.dumps(body) + chr(10))
+            sys.stdout.flush()
         self.send_response(200)
         self.send_header("Content-Length", str(len(reply)))
         self.end_headers()
