@@ -187,11 +187,15 @@ def _lora(d: dict) -> tuple[str, list[str]]:
     def accuracy(r: dict) -> str:
         return " → ".join(f"{_pct(v)}" for v in r["validation_greedy_accuracy"].values())
 
+    runs = d.get("lora_runs", [lora])
+    rates = " ".join(f"{r['lr']:g}" for r in runs)
+    tried = "; ".join(f"lr {r['lr']:g}: {_pct(r['after'])}" for r in runs)
     return (
-        f"{PY} bench/lora/run.py --rank {spec['rank']} --alpha {spec['alpha']:g} --lora-lr {lora['lr']:g}",
+        f"{PY} bench/lora/run.py --rank {spec['rank']} --alpha {spec['alpha']:g} --lora-lrs {rates}",
         [
             f"`{d['job']}`, {full['steps']} steps each, back to back: full fine-tuning (lr {full['lr']:g}) against LoRA "
-            f"rank {spec['rank']}, alpha {spec['alpha']:g} (lr {lora['lr']:g})",
+            f"rank {spec['rank']}, alpha {spec['alpha']:g} at {len(runs)} learning rate(s), the best shown (lr {lora['lr']:g})",
+            f"LoRA's held-out accuracy at the end: {tried}",
             f"greedy held-out accuracy: full {accuracy(full)}; LoRA {accuracy(lora)} ({c['accuracy_after_points']:+} points at the end)",
             f"switch per step: full {_mb(full['switch_bytes_per_step'])} in {full['switch_seconds_per_step']} s, LoRA "
             f"{lora['switch_bytes_per_step'] / 1e6:.1f} MB in {lora['switch_seconds_per_step']} s (**{c['switch_bytes_ratio']}x** fewer bytes); "
