@@ -97,6 +97,17 @@ class AdapterSource:
     """Its PEFT adapter_config."""
 
 
+def _sync_stats(version: int, seconds: float, sent: float, buckets: int, load_seconds: float) -> dict[str, float]:
+    """One weight sync's metrics (summed over the syncs of a step by sync_metrics)."""
+    return {
+        "weight_sync_seconds": seconds,
+        "weight_sync_bytes": float(sent),
+        "weight_sync_buckets": float(buckets),
+        "weight_sync_version": float(version),
+        "weight_sync_load_seconds": float(load_seconds),
+    }
+
+
 class RolloutFleet:
     def __init__(
         self, link: RoleLink | None, resharder: Any, actor: Any, is_controller: bool, world: int, adapter: AdapterSource | None = None
@@ -140,25 +151,13 @@ class RolloutFleet:
         self.link.send("weights", {"version": version})
         sent = send_buckets(self.link.link, buckets)
         loaded = self.link.result()
-        return {
-            "weight_sync_seconds": gathered + time.perf_counter() - started,
-            "weight_sync_bytes": float(sent),
-            "weight_sync_buckets": float(len(buckets)),
-            "weight_sync_version": float(version),
-            "weight_sync_load_seconds": float(loaded["seconds"]),
-        }
+        return _sync_stats(version, gathered + time.perf_counter() - started, sent, len(buckets), loaded["seconds"])
 
     def _send_adapter(self, version: int, tensors: dict[str, Any], gathered: float) -> dict[str, float]:
         started = time.perf_counter()
         assert self.link is not None and self.adapter is not None
         loaded = self.link.call("adapter", {"version": version, "tensors": tensors, "config": self.adapter.config})
-        return {
-            "weight_sync_seconds": gathered + time.perf_counter() - started,
-            "weight_sync_bytes": float(loaded["bytes"]),
-            "weight_sync_buckets": 1.0,
-            "weight_sync_version": float(version),
-            "weight_sync_load_seconds": float(loaded["seconds"]),
-        }
+        return _sync_stats(version, gathered + time.perf_counter() - started, loaded["bytes"], 1, loaded["seconds"])
 
     def sync_metrics(self) -> dict[str, float]:
         """What the syncs finished since the last call moved (controller; empty elsewhere): sums of seconds

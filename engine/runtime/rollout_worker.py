@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch.distributed as dist
 
@@ -67,17 +67,17 @@ class RolloutWorker:
         return serve_commands(self.link, self)
 
     def _weights(self, payload: dict[str, Any]) -> dict[str, float]:
-        with self.clock.command():
-            started = time.perf_counter()
-            received = self.rollout.update_weights(receive_buckets(self.link.link))
-            self.version = int(payload["version"])
-            return {"seconds": time.perf_counter() - started, "bytes": float(received)}
+        return self._load(payload, lambda: self.rollout.update_weights(receive_buckets(self.link.link)))
 
     def _adapter(self, payload: dict[str, Any]) -> dict[str, float]:
         """trainer.lora: sample with this adapter (PEFT names and config) on the base loaded at the start."""
+        return self._load(payload, lambda: self.rollout.update_adapter(payload["tensors"], payload["config"]))
+
+    def _load(self, payload: dict[str, Any], load: Callable[[], int]) -> dict[str, float]:
+        """Run `load` (it returns the bytes it took in) and hold the payload's version from then on."""
         with self.clock.command():
             started = time.perf_counter()
-            received = self.rollout.update_adapter(payload["tensors"], payload["config"])
+            received = load()
             self.version = int(payload["version"])
             return {"seconds": time.perf_counter() - started, "bytes": float(received)}
 

@@ -289,14 +289,8 @@ def apply_progress(status: RLJobStatus, raw: str | None) -> str | None:
     status.progress = progress_percent(status.step, status.total_steps)
     # A fresh report after a restart has no ETA yet: unknown, not the old one.
     status.eta_seconds = None if report.eta_seconds is None else round(report.eta_seconds)
-    status.metrics = MetricsSnapshot(
-        reward_mean=report.reward_mean,
-        kl=report.kl,
-        tokens_per_second=report.tokens_per_second,
-        staleness=report.staleness,
-        trainer_idle_fraction=report.trainer_idle_fraction,
-        rollout_idle_fraction=report.rollout_idle_fraction,
-    )
+    # Each number of the snapshot is the report's field of the same name (a metric added to both needs no line here).
+    status.metrics = MetricsSnapshot(**{name: getattr(report, name) for name in MetricsSnapshot.model_fields})
     if report.last_checkpoint is not None:
         status.last_checkpoint = report.last_checkpoint
     if report.validation_reward_mean is not None:  # kept until the next validation, across restarts too
