@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--staleness", type=int, default=1)
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "async.json"))
     args = parser.parse_args()
+    load_at_start = [round(x, 1) for x in os.getloadavg()]  # a quiet machine reads about 0
     with tempfile.TemporaryDirectory(prefix="kuberl-async-bench-") as tmp:
         work = Path(tmp)
         colocated = run(work, "colocated", args.steps, None)
@@ -116,6 +117,8 @@ def main() -> None:
             for step in common
         },
         "date": time.strftime("%Y-%m-%d"),
+        "load_average_at_start": load_at_start,
+        "load_average_at_end": [round(x, 1) for x in os.getloadavg()],
     }
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
